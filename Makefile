@@ -1,0 +1,46 @@
+# The product's front door: `make demo` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP_RUN  := $(VENV)/.installed-run
+STAMP_TEST := $(VENV)/.installed-test
+DEB_PACKAGES := mininet bridge-utils iputils-ping
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP_RUN): setup.cfg pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(STAMP_TEST): setup.cfg pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(STAMP_RUN)
+
+# Debian packages the Mininet tests need; installed only when running as root and missing.
+system-deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "not root: cannot install$$missing (Mininet tests will fail under CI=true)"; fi; \
+	fi
+
+demo: $(STAMP_RUN)
+	$(VENV)/bin/chordpub demo
+
+test: $(STAMP_TEST) system-deps
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP_TEST)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,183 @@
+"""Talking to the ring from outside: iterative lookup, put/get/delete, info, leave.
+
+The lookup is iterative (SIGCOMM'01 §4.3 describes both styles): the caller asks node after node
+for its next hop, so it alone sees the whole path, the hop count and the time taken. When a node
+on the path does not answer, the lookup backs up to the previous node and asks it again with the
+dead node in `avoid`, which makes it pick the next best finger or successor (ToN'03 §V-B).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from dht import wire
+from dht.ids import check_bits, key_id
+from dht.routing import Peer
+from dht.transport import Reply, RpcClient, SocketSetup
+
+AskFn = Callable[[str, int, Collection[str]], Reply]  # (endpoint, key id, avoid) -> next_hop reply
+
+
+class DhtError(RuntimeError):
+    """An operation on the ring that could not be carried out; the text says why."""
+
+
+@dataclass
+class LookupResult:
+    key_id: int
+    ok: bool
+    owner: Peer | None = None
+    path: list[str] = field(default_factory=list)
+    timeouts: int = 0
+    ms: float = 0.0
+    error: str | None = None
+
+    @property
+    def hops(self) -> int:
+        """Next-hop messages between nodes: the nodes asked, less the first one."""
+        return max(len(self.path) - 1, 0)
+
+
+def iterative_lookup(k: int, start: str, ask: AskFn, max_steps: int = 256,
+                     avoid: Collection[str] = ()) -> LookupResult:
+    """Find the owner of id k starting at endpoint `start`, asking each node for its next hop."""
+    t0 = time.perf_counter()
+    avoided = set(avoid)
+    trail: list[str] = []
+    timeouts = 0
+    current = start
+    for _step in range(max_steps):
+        reply = ask(current, k, sorted(avoided))
+        if not reply.ok:
+            if unreachable(reply):
+                timeouts += 1
+                avoided.add(current)
+                if not trail:
+                    return _failed(k, trail, timeouts, t0, f"{current} did not answer")
+                current = trail.pop()  # back up and ask the previous node again
+                continue
+            return _failed(k, trail, timeouts, t0, f"{current}: {reply.err}")
+        trail.append(current)
+        try:
+            peer = wire.decode_peer(reply.get("peer"))
+        except wire.WireError as exc:
+            return _failed(k, trail, timeouts, t0, f"{current} sent a bad next hop: {exc}")
+        if reply.get("done") is True:
+            ms = (time.perf_counter() - t0) * 1000.0
+            return LookupResult(k, True, peer, trail, timeouts, ms)
+        if peer.endpoint == current or peer.endpoint in avoided:
+            return _failed(k, trail, timeouts, t0, f"{current} routed to itself or to a dead node")
+        current = peer.endpoint
+    return _failed(k, trail, timeouts, t0, f"no owner found within {max_steps} steps")
+
+
+def unreachable(reply: Reply) -> bool:
+    """Whether a failed call means the node is gone (as opposed to an error it answered)."""
+    return reply.timed_out or (reply.err or "").startswith("send failed")
+
+
+def _failed(k: int, trail: list[str], timeouts: int, t0: float, error: str) -> LookupResult:
+    ms = (time.perf_counter() - t0) * 1000.0
+    return LookupResult(k, False, None, trail, timeouts, ms, error)
+
+
+class DhtClient:
+    """A client of the ring entered through the node at `via` ("host:port")."""
+
+    def __init__(self, via: str, timeout: float = 1.0, retries: int = 1,
+                 setup: SocketSetup | None = None) -> None:
+        wire.parse_endpoint(via)
+        self.via = via
+        self.rpc = RpcClient(timeout=timeout, retries=retries, setup=setup)
+        self._bits: int | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def call(self, endpoint: str, op: str, **fields: object) -> dict:
+        reply = self.rpc.call(endpoint, op, **fields)
+        if not reply.ok:
+            raise DhtError(f"{op} on {endpoint} failed: {reply.err}")
+        return reply.body
+
+    def _ask(self, endpoint: str, k: int, avoid: Collection[str]) -> Reply:
+        return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+
+    @property
+    def bits(self) -> int:
+        if self._bits is None:
+            bits = self.info().get("bits")
+            self._bits = check_bits(bits if isinstance(bits, int) else 64)
+        return self._bits
+
+    # -- operations -----------------------------------------------------------------------------
+    def ping(self, endpoint: str | None = None) -> bool:
+        return self.rpc.call(endpoint or self.via, "ping").ok
+
+    def info(self, endpoint: str | None = None) -> dict:
+        """A node's state in the CLI contract's shape: id, endpoint, predecessor, successors, ..."""
+        body = self.call(endpoint or self.via, "info")
+        try:
+            out = {"id": wire.decode_id(body.get("node_id"), "node_id"), "endpoint": body["endpoint"],
+                   "bits": body.get("bits", 64)}
+            pred = wire.decode_optional_peer(body.get("predecessor"), "predecessor")
+            out["predecessor"] = pred.to_dict() if pred else None
+            out["successors"] = [p.to_dict() for p in wire.decode_peers(body.get("successors", []))]
+            out["fingers"] = [None if f is None else wire.decode_peer(f, "finger").to_dict()
+                              for f in body.get("fingers", [])]
+        except (KeyError, TypeError, wire.WireError) as exc:
+            raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
+        for k in ("keys", "stored", "replicas", "rounds", "joined"):
+            out[k] = body.get(k)
+        return out
+
+    def lookup(self, key: str, start: str | None = None) -> LookupResult:
+        return self.lookup_id(key_id(key, self.bits), start)
+
+    def lookup_id(self, k: int, start: str | None = None, avoid: Collection[str] = ()) -> LookupResult:
+        return iterative_lookup(k, start or self.via, self._ask, max_steps=4 * self.bits + 16,
+                                avoid=avoid)
+
+    def _at_owner(self, key: str, op: str, attempts: int = 4, **fields: object) -> dict:
+        """Run `op` on the key's owner; a dead or not-yet-updated owner sends us round again."""
+        avoid: set[str] = set()
+        last = "no attempt"
+        for _ in range(attempts):
+            found = self.lookup_id(key_id(key, self.bits), avoid=avoid)
+            if not found.ok:
+                if not found.path:  # the entry node itself is gone
+                    raise DhtError(f"{op} {key!r}: {found.error}")
+                last = found.error or "lookup failed"
+                continue
+            reply = self.rpc.call(found.owner.endpoint, op, key=key, **fields)
+            if reply.ok:
+                return reply.body
+            last = f"{found.owner.endpoint}: {reply.err}"
+            if unreachable(reply):
+                avoid.add(found.owner.endpoint)
+            else:
+                time.sleep(0.05)  # the ring is settling (not the owner yet): back off, then ask again
+        raise DhtError(f"{op} {key!r} failed: {last}")
+
+    def put(self, key: str, value: bytes) -> int:
+        """Store value under key at its owner (replicated by the owner). Returns the version."""
+        return int(self._at_owner(key, "put", value=value)["version"])
+
+    def get(self, key: str) -> bytes | None:
+        body = self._at_owner(key, "get")
+        return body.get("value") if body.get("found") else None
+
+    def delete(self, key: str) -> None:
+        self._at_owner(key, "delete")
+
+    def leave(self, endpoint: str | None = None) -> None:
+        self.call(endpoint or self.via, "leave")
+
+    def close(self) -> None:
+        self.rpc.close()
+
+    def __enter__(self) -> DhtClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,226 @@
+"""The wire format of the discovery ring: one place for encoding, decoding and validation.
+
+A message is one msgpack map (never pickle) carried as the last ZeroMQ frame:
+requests are ``{"v": 1, "op": str, "id": int, ...fields}``, replies ``{"v": 1, "id": int,
+"ok": bool, ...result | "err": str}``. Ids above 2**64 - 1 (msgpack's largest integer) travel
+as decimal strings. Every request is checked against the schema of its op before any state is
+touched; anything malformed becomes a `WireError`, which the server turns into an error reply.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from dht.routing import Peer
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 1 << 20  # frames above this are refused (and dropped by ZMQ_MAXMSGSIZE)
+MAX_KEY_CHARS = 1024
+MAX_VALUE_BYTES = 512 * 1024
+MAX_LIST = 4096
+MAX_ENTRIES = 100_000
+_UINT64 = (1 << 64) - 1
+_ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})$")
+
+
+class WireError(ValueError):
+    """A message that does not follow the protocol; its text is sent back as the error reply."""
+
+
+# -- endpoints ---------------------------------------------------------------------------------
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """Split "host:port" into (host, port) or raise WireError with a readable reason."""
+    if not isinstance(text, str):
+        raise WireError(f"an endpoint must be a 'host:port' string, got {type(text).__name__}")
+    m = _ENDPOINT.match(text)
+    if not m:
+        raise WireError(f"malformed endpoint {text!r}: expected host:port, e.g. 127.0.0.1:5555")
+    port = int(m.group("port"))
+    if not 0 < port < 65536:
+        raise WireError(f"malformed endpoint {text!r}: port must be in 1..65535")
+    return m.group("host"), port
+
+
+def zmq_address(endpoint: str) -> str:
+    host, port = parse_endpoint(endpoint)
+    return f"tcp://{host}:{port}"
+
+
+# -- ids and peers ----------------------------------------------------------------------------
+def encode_id(value: int) -> int | str:
+    return value if value <= _UINT64 else str(value)
+
+
+def decode_id(value: Any, what: str = "id") -> int:
+    if isinstance(value, bool):
+        raise WireError(f"{what} must be an integer")
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit() and len(value) <= 39:
+        return int(value)
+    raise WireError(f"{what} must be a non-negative integer")
+
+
+def encode_peer(peer: Peer | None) -> dict | None:
+    return None if peer is None else {"id": encode_id(peer.id), "endpoint": peer.endpoint}
+
+
+def decode_peer(value: Any, what: str = "peer") -> Peer:
+    if not isinstance(value, dict):
+        raise WireError(f"{what} must be a map with id and endpoint")
+    endpoint = value.get("endpoint")
+    parse_endpoint(endpoint)
+    return Peer(decode_id(value.get("id"), f"{what}.id"), endpoint)
+
+
+def decode_optional_peer(value: Any, what: str = "peer") -> Peer | None:
+    return None if value is None else decode_peer(value, what)
+
+
+def decode_peers(value: Any, what: str = "peers") -> list[Peer]:
+    if not isinstance(value, list) or len(value) > MAX_LIST:
+        raise WireError(f"{what} must be a list of at most {MAX_LIST} peers")
+    return [decode_peer(v, what) for v in value]
+
+
+# -- field checkers (each returns the Python value or raises WireError) ---------------------------
+def _str(max_len: int) -> Callable[[Any, str], str]:
+    def check(value: Any, what: str) -> str:
+        if not isinstance(value, str) or len(value) > max_len:
+            raise WireError(f"{what} must be a string of at most {max_len} characters")
+        return value
+
+    return check
+
+
+def _optional_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    raise WireError(f"{what} must be bytes or nil")
+
+
+def _bytes(value: Any, what: str) -> bytes:
+    if not isinstance(value, bytes) or len(value) > MAX_VALUE_BYTES:
+        raise WireError(f"{what} must be bytes of at most {MAX_VALUE_BYTES}")
+    return value
+
+
+def _endpoints(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_LIST:
+        raise WireError(f"{what} must be a list of at most {MAX_LIST} endpoints")
+    for v in value:
+        parse_endpoint(v)
+    return value
+
+
+def _entries(value: Any, what: str) -> list[tuple[str, bytes | None, int]]:
+    """Store entries as [key, value-or-nil (a tombstone), version]."""
+    if not isinstance(value, list) or len(value) > MAX_ENTRIES:
+        raise WireError(f"{what} must be a list of at most {MAX_ENTRIES} entries")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 3:
+            raise WireError(f"each of {what} must be [key, value, version]")
+        key = _str(MAX_KEY_CHARS)(item[0], f"{what}.key")
+        val = _optional_bytes(item[1], f"{what}.value")
+        version = decode_id(item[2], f"{what}.version")
+        out.append((key, val, version))
+    return out
+
+
+_id = decode_id
+_peer = decode_peer
+_peers = decode_peers
+
+# op -> {field: (checker, required)}
+SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
+    "ping": {},
+    "info": {},
+    "next_hop": {"key_id": (_id, True), "avoid": (_endpoints, False)},
+    "get_links": {},  # stabilize: predecessor and successor list in one round trip
+    "notify": {"peer": (_peer, True)},
+    "put": {"key": (_str(MAX_KEY_CHARS), True), "value": (_bytes, True)},
+    "get": {"key": (_str(MAX_KEY_CHARS), True)},
+    "delete": {"key": (_str(MAX_KEY_CHARS), True)},
+    "replicate": {"entries": (_entries, True)},
+    "handover": {"entries": (_entries, True)},
+    "leaving": {"peer": (_peer, True), "predecessor": (decode_optional_peer, False),
+                "successors": (_peers, False)},
+    "leave": {},
+}
+
+
+def encode(message: dict) -> bytes:
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def decode_map(frame: bytes) -> dict:
+    """Decode one frame into a map with string keys and the right protocol version."""
+    if not isinstance(frame, bytes | bytearray | memoryview):
+        raise WireError("frame must be bytes")
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise WireError(f"message of {len(frame)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+    try:
+        body = msgpack.unpackb(bytes(frame), raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise WireError(f"undecodable body: {type(exc).__name__}") from None
+    if not isinstance(body, dict):
+        raise WireError("body must be a msgpack map")
+    if body.get("v") != VERSION:
+        raise WireError(f"unsupported protocol version {body.get('v')!r} (expected {VERSION})")
+    return body
+
+
+def request_id(body: dict) -> int | None:
+    rid = body.get("id")
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+
+
+def decode_request(frame: bytes) -> dict:
+    """A validated request: {"op", "id", field: python value ...}. Raises WireError."""
+    body = decode_map(frame)
+    rid = request_id(body)
+    if rid is None:
+        raise WireError("request id must be an integer")
+    op = body.get("op")
+    if not isinstance(op, str) or op not in SCHEMAS:
+        raise WireError(f"unknown op {op!r}")
+    out: dict[str, Any] = {"op": op, "id": rid}
+    for field, (check, required) in SCHEMAS[op].items():
+        if field not in body:
+            if required:
+                raise WireError(f"{op}: missing field {field!r}")
+            continue
+        out[field] = check(body[field], field)
+    return out
+
+
+def encode_request(op: str, rid: int, **fields: Any) -> bytes:
+    return encode({"v": VERSION, "op": op, "id": rid, **fields})
+
+
+RESERVED = frozenset({"v", "id", "ok", "err", "op"})
+
+
+def encode_reply(rid: int | None, **fields: Any) -> bytes:
+    clash = RESERVED.intersection(fields)
+    if clash:
+        raise ValueError(f"reply fields {sorted(clash)} are reserved by the envelope")
+    return encode({"v": VERSION, "id": rid, "ok": True, **fields})
+
+
+def encode_error(rid: int | None, err: str) -> bytes:
+    return encode({"v": VERSION, "id": rid, "ok": False, "err": err})
+
+
+def decode_reply(frame: bytes) -> dict:
+    body = decode_map(frame)
+    if not isinstance(body.get("ok"), bool):
+        raise WireError("reply without a boolean 'ok'")
+    if not body["ok"] and not isinstance(body.get("err"), str):
+        raise WireError("error reply without an 'err' string")
+    return body
