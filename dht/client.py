@@ -127,7 +127,7 @@ class DhtClient:
                               for f in body.get("fingers", [])]
         except (KeyError, TypeError, wire.WireError) as exc:
             raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
-        for k in ("keys", "stored", "replicas", "rounds", "joined"):
+        for k in ("keys", "stored", "replicas", "r", "rounds", "joined"):
             out[k] = body.get(k)
         return out
 

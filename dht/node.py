@@ -144,6 +144,7 @@ class ChordNode:
                 "keys": self.store.count(rt.owns),
                 "stored": self.store.count(),
                 "replicas": self.config.replicas,
+                "r": self.config.successors,
                 "rounds": self.rounds,
                 "joined": self.joined.is_set(),
             }

@@ -1,0 +1,3 @@
+from chordpub.cli import main
+
+main()

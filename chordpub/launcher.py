@@ -1,0 +1,208 @@
+"""Starting and stopping local node processes: `ring up`, the demo, benchmarks and tests.
+
+Each node is a real `chordpub node start` process. It may bind port 0; it then writes its endpoint
+to a ready file, which we poll with a deadline (no sleeps as synchronization, no pipes to fill).
+Processes get their own session so that stopping them never signals us, and `stop` always
+escalates from SIGTERM to SIGKILL, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dht.client import DhtClient
+from dht.ringcheck import check_ring
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.05,
+             what: str = "condition") -> object:
+    """Poll `predicate` until it returns something truthy; raise TimeoutError at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not reached within {timeout:g}s")
+        time.sleep(interval)
+
+
+@dataclass
+class NodeProcess:
+    endpoint: str
+    id: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "endpoint": self.endpoint, "pid": self.proc.pid, "log": str(self.log_path)}
+
+
+def node_command(host: str, port: int, join: str | None, ready_file: Path,
+                 options: dict[str, object] | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "chordpub", "node", "start", "--host", host, "--port", str(port),
+           "--ready-file", str(ready_file)]
+    if join:
+        cmd += ["--join", join]
+    for name, value in (options or {}).items():
+        if value is not None:
+            cmd += [f"--{name.replace('_', '-')}", str(value)]
+    return cmd
+
+
+def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0, join: str | None = None,
+               options: dict[str, object] | None = None) -> subprocess.Popen:
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / f"{name}.ready"
+    ready.unlink(missing_ok=True)
+    log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
+    try:
+        return subprocess.Popen(node_command(host, port, join, ready, options), stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        log.close()
+
+
+def await_ready(proc: subprocess.Popen, workdir: Path, name: str, timeout: float = 30.0) -> NodeProcess:
+    ready = workdir / f"{name}.ready"
+    log = workdir / f"{name}.log"
+
+    def check() -> dict | None:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            raise LaunchError(f"node {name} exited with status {proc.returncode}: " + " | ".join(tail))
+        if ready.exists():
+            try:
+                return json.loads(ready.read_text())
+            except json.JSONDecodeError:
+                return None
+        return None
+
+    info = wait_for(check, timeout, what=f"node {name} ready")
+    return NodeProcess(info["endpoint"], int(info["id"]), proc, log)
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
+    """SIGTERM every process, wait up to `grace` seconds, then SIGKILL what is left."""
+    procs = [p for p in procs if p is not None]
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+
+@dataclass
+class LocalRing:
+    """N node processes on one host, all joined through the first. A context manager."""
+
+    workdir: Path
+    host: str = "127.0.0.1"
+    base_port: int = 0
+    options: dict[str, object] = field(default_factory=dict)
+    nodes: list[NodeProcess] = field(default_factory=list)
+    _count: int = 0
+
+    def start(self, n: int, timeout: float = 60.0) -> list[NodeProcess]:
+        """Start n nodes: the first alone, then the rest at once, each joining through the first."""
+        if n < 1:
+            raise LaunchError("a ring needs at least one node")
+        new: list[NodeProcess] = []
+        pending: list[tuple[subprocess.Popen, Path, str]] = []
+        try:
+            if not self.nodes:
+                first = self.add_proc(join=None)
+                new.append(await_ready(*first, timeout=timeout))
+                self.nodes.append(new[-1])
+                n -= 1
+            for _ in range(n):
+                pending.append(self.add_proc(join=self.nodes[0].endpoint))
+            for proc, workdir, name in pending:
+                new.append(await_ready(proc, workdir, name, timeout=timeout))
+                self.nodes.append(new[-1])
+        except BaseException:
+            stop_processes([p for p, *_ in pending])
+            raise
+        return new
+
+    def add_proc(self, join: str | None) -> tuple[subprocess.Popen, Path, str]:
+        name = f"node{self._count}"
+        port = self.base_port + self._count if self.base_port else 0
+        self._count += 1
+        proc = spawn_node(self.workdir, name, self.host, port, join, self.options)
+        return proc, self.workdir, name
+
+    def add(self, join: str | None = None, timeout: float = 30.0) -> NodeProcess:
+        proc, workdir, name = self.add_proc(join or self.nodes[0].endpoint)
+        node = await_ready(proc, workdir, name, timeout=timeout)
+        self.nodes.append(node)
+        return node
+
+    @property
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.alive()]
+
+    def kill(self, node: NodeProcess) -> None:
+        node.proc.send_signal(signal.SIGKILL)
+        node.proc.wait(timeout=5)
+
+    def check(self, via: str | None = None, expected: int | None = None) -> dict:
+        with DhtClient(via or self.live[0].endpoint, timeout=1.0) as client:
+            return check_ring(client, expected=expected if expected is not None else len(self.live))
+
+    def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:
+        """Poll `ring check` until consistent (and all fingers right, if asked); report and seconds."""
+        t0 = time.monotonic()
+        last: dict = {}
+
+        def ok() -> bool:
+            nonlocal last
+            try:
+                last = self.check()
+            except Exception as exc:  # a node mid-start may not answer yet: keep polling
+                last = {"consistent": False, "problems": [str(exc)]}
+                return False
+            return last["consistent"] and (not fingers or last["fingers_correct"] == 1.0)
+
+        try:
+            wait_for(ok, timeout, interval=0.05, what="a consistent ring")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; last check: {last}") from None
+        return last, time.monotonic() - t0
+
+    def write_file(self, path: Path) -> None:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps({"nodes": [n.to_dict() for n in self.nodes]}, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    def stop(self) -> None:
+        stop_processes([n.proc for n in self.nodes])
+
+    def __enter__(self) -> LocalRing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

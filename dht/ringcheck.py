@@ -1,0 +1,86 @@
+"""`ring check`: walk the ring by successor pointers and compare it with the ideal ring.
+
+The walk (network) and the verdict (pure) are separate: `evaluate` takes the infos the walk
+gathered, computes the ideal ring from their ids (every finger i of node n should be
+successor(n + 2**i), SIGCOMM'01 Table 1) and lists every disagreement.
+"""
+
+from __future__ import annotations
+
+from dht.client import DhtClient, DhtError
+from dht.ids import finger_start, owner_of
+
+
+def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict], list[str]]:
+    """Infos of the nodes met following successor pointers from `start`, and the problems met."""
+    infos: list[dict] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    current = start
+    while len(infos) < limit:
+        try:
+            info = client.info(current)
+        except DhtError as exc:
+            if not infos:
+                raise
+            problems.append(f"{infos[-1]['endpoint']} points to {current}, which does not answer ({exc})")
+            return infos, problems
+        infos.append(info)
+        seen.add(current)
+        if not info["successors"]:
+            if len(infos) > 1 or info["predecessor"] is not None:
+                problems.append(f"{current} has no successor")
+            return infos, problems
+        current = info["successors"][0]["endpoint"]
+        if current == start:
+            return infos, problems
+        if current in seen:
+            problems.append(f"successor pointers loop back to {current} without returning to {start}")
+            return infos, problems
+    problems.append(f"walk stopped after {limit} nodes")
+    return infos, problems
+
+
+def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | None = None) -> dict:
+    """The report of `ring check`: consistent iff successors and predecessors agree around one loop."""
+    problems = list(problems)
+    n = len(infos)
+    ids = [i["id"] for i in infos]
+    sorted_ids = sorted(ids)
+    wraps = sum(1 for a, b in zip(ids, ids[1:] + ids[:1], strict=True) if b <= a) if n > 1 else 1
+    if wraps != 1:
+        problems.append(f"successor pointers go round the circle {wraps} times, not once")
+    if expected is not None and n != expected:
+        problems.append(f"found {n} nodes on the ring, expected {expected}")
+    succ_ok = succ_total = finger_ok = finger_total = 0
+    for idx, info in enumerate(infos):
+        nxt = infos[(idx + 1) % n]
+        pred = nxt["predecessor"]
+        if n > 1 and (pred is None or pred["id"] != info["id"]):
+            got = "none" if pred is None else pred["endpoint"]
+            problems.append(f"predecessor of {nxt['endpoint']} is {got}, expected {info['endpoint']}")
+        r = info.get("r") or len(info["successors"])
+        want = [infos[(idx + j) % n]["id"] for j in range(1, min(r, n - 1) + 1)]
+        have = [s["id"] for s in info["successors"][: len(want)]]
+        succ_total += max(len(want), 1) if n > 1 else 0
+        succ_ok += sum(1 for a, b in zip(want, have, strict=False) if a == b)
+        for i, finger in enumerate(info["fingers"]):
+            finger_total += 1
+            ideal = owner_of(sorted_ids, finger_start(info["id"], i, bits))
+            if finger is not None and finger["id"] == ideal:
+                finger_ok += 1
+            elif finger is None and ideal == info["id"]:
+                finger_ok += 1  # "points at itself" is what an empty finger means
+    return {
+        "nodes": n,
+        "consistent": not problems,
+        "fingers_correct": round(finger_ok / finger_total, 6) if finger_total else 1.0,
+        "successors_correct": round(succ_ok / succ_total, 6) if succ_total else 1.0,
+        "problems": problems,
+    }
+
+
+def check_ring(client: DhtClient, start: str | None = None, expected: int | None = None) -> dict:
+    start = start or client.via
+    infos, problems = walk(client, start)
+    return evaluate(infos, problems, int(infos[0].get("bits") or 64), expected)
