@@ -169,8 +169,8 @@ class LocalRing:
         node.proc.send_signal(signal.SIGKILL)
         node.proc.wait(timeout=5)
 
-    def check(self, via: str | None = None, expected: int | None = None) -> dict:
-        with DhtClient(via or self.live[0].endpoint, timeout=1.0) as client:
+    def check(self, via: str | None = None, expected: int | None = None, timeout: float = 0.3) -> dict:
+        with DhtClient(via or self.live[0].endpoint, timeout=timeout, retries=0) as client:
             return check_ring(client, expected=expected if expected is not None else len(self.live))
 
     def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:

@@ -302,8 +302,7 @@ class ChordNode:
         reply = rpc.call(pred.endpoint, "ping")
         if unreachable(reply):
             with self.lock:
-                if self.routing.predecessor == pred:
-                    self.routing.predecessor = None
+                self.routing.forget(pred.endpoint)
 
     def _fix_fingers(self, rpc: RpcClient) -> None:
         """fix_fingers(), all fingers each round; one lookup settles every finger it must own."""
@@ -327,11 +326,16 @@ class ChordNode:
                 i = self.routing.set_finger(i, owner)[-1] + 1
 
     def _local_first_ask(self, rpc: RpcClient) -> Callable[[str, int, Collection[str]], Reply]:
+        """Answer our own step from the table; a peer that times out is forgotten at once."""
         remote = self._remote_ask(rpc)
 
         def ask(endpoint: str, k: int, avoid: Collection[str]) -> Reply:
             if endpoint != self.me.endpoint:
-                return remote(endpoint, k, avoid)
+                reply = remote(endpoint, k, avoid)
+                if unreachable(reply):
+                    with self.lock:
+                        self.routing.forget(endpoint)
+                return reply
             with self.lock:
                 hop = self.routing.next_hop(k, avoid)
             if hop is None:
@@ -343,7 +347,7 @@ class ChordNode:
     @staticmethod
     def _remote_ask(rpc: RpcClient) -> Callable[[str, int, Collection[str]], Reply]:
         def ask(endpoint: str, k: int, avoid: Collection[str]) -> Reply:
-            return rpc.call(endpoint, "next_hop", retries=1, key_id=wire.encode_id(k), avoid=list(avoid))
+            return rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
 
         return ask
 

@@ -1,0 +1,38 @@
+"""Shared fixtures: real node processes on loopback, always stopped, even when a test fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chordpub.launcher import LocalRing
+
+PERIOD = 0.2  # stabilization period used by the ring tests (seconds)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture
+def ring_factory(tmp_path: Path):
+    """make(**node_options) -> a LocalRing whose processes are all killed at teardown."""
+    rings: list[LocalRing] = []
+
+    def make(**options) -> LocalRing:
+        ring = LocalRing(tmp_path / f"ring{len(rings)}", options={"stabilize": PERIOD, **options})
+        rings.append(ring)
+        return ring
+
+    yield make
+    for ring in rings:
+        ring.stop()
+    leftovers = [n.proc.pid for r in rings for n in r.nodes if n.proc.poll() is None]
+    assert not leftovers, f"node processes left running: {leftovers}"
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run `chordpub ARGS` as a user would; returns the completed process (text)."""
+    return subprocess.run([sys.executable, "-m", "chordpub", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
