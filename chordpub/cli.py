@@ -49,6 +49,8 @@ def clean_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter):
+            raise  # typer's own exits and usage errors (Exit is a RuntimeError)
         except (DhtError, wire.WireError, ValueError, OSError, TimeoutError, RuntimeError) as exc:
             fail(str(exc) or type(exc).__name__)
 
@@ -103,6 +105,8 @@ def node_start(
         from traces.writer import JsonlWriter
 
         writer = JsonlWriter(trace, "lookups")
+    # the server thread must not wait 5 ms for the GIL while the maintenance thread computes
+    sys.setswitchinterval(0.0005)
     node = ChordNode(config)
     if writer is not None:
         lock = threading.Lock()

@@ -174,7 +174,8 @@ class LocalRing:
             return check_ring(client, expected=expected if expected is not None else len(self.live))
 
     def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:
-        """Poll `ring check` until consistent (and all fingers right, if asked); report and seconds."""
+        """Poll `ring check` until consistent (and, with fingers=True, every finger and successor
+        list exact); return the last report and the seconds it took."""
         t0 = time.monotonic()
         last: dict = {}
 
@@ -185,7 +186,8 @@ class LocalRing:
             except Exception as exc:  # a node mid-start may not answer yet: keep polling
                 last = {"consistent": False, "problems": [str(exc)]}
                 return False
-            return last["consistent"] and (not fingers or last["fingers_correct"] == 1.0)
+            exact = last["fingers_correct"] == 1.0 and last["successors_correct"] == 1.0
+            return last["consistent"] and (not fingers or exact)
 
         try:
             wait_for(ok, timeout, interval=0.05, what="a consistent ring")

@@ -29,6 +29,7 @@ from dht.transport import Refused, Reply, RpcClient, RpcServer, SocketSetup
 log = logging.getLogger(__name__)
 
 ENTRY_BATCH_BYTES = 256 * 1024
+QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
 
 
 @dataclass
@@ -80,6 +81,10 @@ class ChordNode:
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize))
         self._threads: list[threading.Thread] = []
         self._replicated_to: list[str] = []
+        self._last_links: tuple = ()
+        self._quiet_rounds = 0
+        self._next_finger = 0
+        self._ask: Callable[[str, int, Collection[str]], Reply] | None = None  # set by _maintain
         self._handlers: dict[str, Callable[[dict], dict]] = {
             "ping": lambda r: {"node_id": wire.encode_id(self.me.id)},
             "info": lambda r: self.info(),
@@ -128,8 +133,18 @@ class ChordNode:
 
     # -- request handlers (server thread; no outbound calls) --------------------------------------
     def _handle(self, request: dict) -> dict:
+        self._check_ranges(request)
         with self.lock:
             return self._handlers[request["op"]](request)
+
+    def _check_ranges(self, request: dict) -> None:
+        """Ids must lie on this ring's circle; the wire layer only knows they are integers."""
+        size = 1 << self.config.bits
+        if request.get("key_id", 0) >= size:
+            raise Refused(f"key_id outside this {self.config.bits}-bit ring")
+        peers = [request.get("peer"), request.get("predecessor"), *request.get("successors", [])]
+        if any(p is not None and p.id >= size for p in peers):
+            raise Refused(f"peer id outside this {self.config.bits}-bit ring")
 
     def info(self) -> dict:
         with self.lock:
@@ -210,6 +225,7 @@ class ChordNode:
     # -- maintenance (its own thread, owns the outbound client) -----------------------------------
     def _maintain(self) -> None:
         rpc = RpcClient(timeout=self.timeout, retries=0, setup=self.setup)
+        self._ask = self._local_first_ask(rpc)
         try:
             self._join(rpc)
             next_round = time.monotonic()
@@ -305,9 +321,23 @@ class ChordNode:
                 self.routing.forget(pred.endpoint)
 
     def _fix_fingers(self, rpc: RpcClient) -> None:
-        """fix_fingers(), all fingers each round; one lookup settles every finger it must own."""
-        ask = self._local_first_ask(rpc)
-        i = 0
+        """fix_fingers() (ToN'03 Fig. 6), adaptive.
+
+        While the ring is changing (a successor, predecessor or finger changed within the last
+        few rounds) every finger is refreshed each round, as the paper's simulator does, so a
+        ring converges in a handful of periods. Once it is quiet, one run of fingers is refreshed
+        per round, round-robin like the paper's `next`, which keeps a steady ring's background
+        traffic at about one lookup per node per period. One lookup settles every finger that
+        the same node must own.
+        """
+        with self.lock:
+            links = (self.routing.predecessor, tuple(self.routing.successors))
+        if links != self._last_links:
+            self._last_links = links
+            self._quiet_rounds = 0
+        full = self._quiet_rounds < QUIET_ROUNDS_BEFORE_INCREMENTAL
+        changed = False
+        i = 0 if full else self._next_finger
         while i < self.config.bits and not self.stopped.is_set():
             with self.lock:
                 start = self.routing.finger_start(i)
@@ -315,7 +345,8 @@ class ChordNode:
             if in_half_open(start, self.me.id, succ.id) or succ == self.me:
                 owner = succ
             else:
-                found = iterative_lookup(start, self.me.endpoint, ask, max_steps=2 * self.config.bits)
+                assert self._ask is not None
+                found = iterative_lookup(start, self.me.endpoint, self._ask, max_steps=2 * self.config.bits)
                 if self.config.on_lookup is not None:
                     self.config.on_lookup(found)
                 if not found.ok or found.owner is None:
@@ -323,7 +354,12 @@ class ChordNode:
                     continue
                 owner = found.owner
             with self.lock:
+                changed = changed or self.routing.fingers[i] != owner
                 i = self.routing.set_finger(i, owner)[-1] + 1
+            if not full and owner != succ:
+                break
+        self._next_finger = i if i < self.config.bits else 0
+        self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
 
     def _local_first_ask(self, rpc: RpcClient) -> Callable[[str, int, Collection[str]], Reply]:
         """Answer our own step from the table; a peer that times out is forgotten at once."""

@@ -76,20 +76,27 @@ class RoutingTable:
 
     # -- routing (ToN'03 Fig. 5) -------------------------------------------------------------
     def closest_preceding_node(self, k: int, avoid: Collection[str] = ()) -> Peer:
-        """The known node that most closely precedes k, over fingers and successor list.
+        """The known node that most closely precedes k (ToN'03 Fig. 5, with §V-B's successor list).
 
-        Nodes whose endpoint is in `avoid` (known or suspected dead) are skipped, so a lookup
-        that met a failure tries the next best candidate (ToN'03 §V-B). Returns `me` when no
-        known node lies in (me, k).
+        Fingers are scanned from the farthest down and the first one in (me, k) is taken, as in
+        the paper; then the successor list may offer a closer one. Nodes whose endpoint is in
+        `avoid` (known or suspected dead) are skipped, so a lookup that met a failure tries the
+        next best candidate. Returns `me` when no known node lies in (me, k).
         """
-        best = self.me
-        best_dist = 0
-        for p in self._candidates():
-            if p.endpoint in avoid or not in_open(p.id, self.me.id, k):
-                continue
-            d = distance(self.me.id, p.id, self.bits)
-            if d > best_dist:
-                best, best_dist = p, d
+        size = 1 << self.bits
+        me = self.me.id
+        limit = (k - me) % size or size  # candidates need 0 < distance < limit
+        best, best_d = self.me, 0
+        for p in reversed(self.fingers):
+            if p is not None and p.endpoint not in avoid:
+                d = (p.id - me) % size
+                if 0 < d < limit:
+                    best, best_d = p, d
+                    break
+        for p in self.successors:
+            d = (p.id - me) % size
+            if best_d < d < limit and p.endpoint not in avoid:
+                best, best_d = p, d
         return best
 
     def next_hop(self, k: int, avoid: Collection[str] = ()) -> NextHop | None:

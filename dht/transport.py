@@ -81,22 +81,18 @@ class RpcServer:
 
     def serve(self, stop: threading.Event, poll_ms: int = 50) -> None:
         """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
+        self.socket.setsockopt(zmq.RCVTIMEO, poll_ms)  # a blocking recv that wakes to check `stop`
         while not stop.is_set():
-            if not poller.poll(poll_ms):
+            try:
+                frames = self.socket.recv_multipart()
+            except zmq.Again:
                 continue
-            while True:
+            reply = self.handle_frames(frames)
+            if reply is not None:
                 try:
-                    frames = self.socket.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                reply = self.handle_frames(frames)
-                if reply is not None:
-                    try:
-                        self.socket.send_multipart(reply, zmq.NOBLOCK)
-                    except zmq.ZMQError as exc:  # peer gone: drop the reply
-                        log.debug("reply not sent: %s", exc)
+                    self.socket.send_multipart(reply, zmq.NOBLOCK)
+                except zmq.ZMQError as exc:  # peer gone: drop the reply
+                    log.debug("reply not sent: %s", exc)
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -158,15 +154,14 @@ class RpcClient:
         """Send one request and wait for its reply; never raises for network trouble."""
         timeout = self.timeout if timeout is None else timeout
         retries = self.retries if retries is None else retries
-        try:
-            address = wire.zmq_address(endpoint)
-        except wire.WireError as exc:
-            return Reply(False, err=str(exc))
         for _attempt in range(retries + 1):
             rid = next(self._ids)
-            sock = self._socket(endpoint, address)
             try:
-                sock.send_multipart([b"", wire.encode_request(op, rid, **fields)], zmq.NOBLOCK)
+                sock = self._socket(endpoint)
+            except wire.WireError as exc:
+                return Reply(False, err=str(exc))
+            try:
+                sock.send(wire.encode_request(op, rid, **fields), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 self._drop(endpoint)
                 return Reply(False, err=f"send failed: {exc}")
@@ -182,9 +177,13 @@ class RpcClient:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+            if left <= 0:
                 return None
-            frames = sock.recv_multipart()
+            sock.setsockopt(zmq.RCVTIMEO, int(left * 1000) + 1)
+            try:
+                frames = sock.recv_multipart()
+            except zmq.Again:
+                return None
             try:
                 body = wire.decode_reply(frames[-1])
             except wire.WireError as exc:
@@ -194,11 +193,12 @@ class RpcClient:
                 return body
             # a stale reply to an earlier request: ignore it
 
-    def _socket(self, endpoint: str, address: str) -> zmq.Socket:
+    def _socket(self, endpoint: str) -> zmq.Socket:
         sock = self._sockets.get(endpoint)
         if sock is not None:
             self._sockets.move_to_end(endpoint)
             return sock
+        address = wire.zmq_address(endpoint)
         sock = self.context.socket(zmq.DEALER)
         _base_options(sock)
         sock.setsockopt(zmq.IMMEDIATE, 0)

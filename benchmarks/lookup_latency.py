@@ -1,0 +1,154 @@
+"""Lookup latency on a local ring against the raw pyzmq round trip, measured in the same run.
+
+    python benchmarks/lookup_latency.py [--nodes 32] [--lookups 2000]
+
+An iterative lookup of h hops costs h + 1 request/reply round trips, so the figure of merit is
+    p50(lookup) / ((mean hops + 1) x p50(raw DEALER/ROUTER round trip)).
+The raw round trip is a bare pyzmq ROUTER echo (one body frame, as chordpub sends; no msgpack,
+no validation, no routing), measured two ways in the same run:
+  spread: each round trip goes to a random one of N echo processes, as a lookup's hops go to
+          different node processes (each wake-up of a process that was idle costs the OS ~80 us
+          on this machine); this is the like-for-like baseline and the headline ratio;
+  hot:    every round trip goes to the same, always-warm echo process (the lower bound).
+Lookups and raw round trips run in alternating blocks so that both see the same load.
+Goal: ratio <= 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chordpub.launcher import LocalRing, stop_processes, wait_for  # noqa: E402
+from dht.client import DhtClient  # noqa: E402
+
+ECHO = """
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.ROUTER)
+s.setsockopt(zmq.LINGER, 0)
+port = s.bind_to_random_port("tcp://127.0.0.1")
+open(sys.argv[1], "w").write(str(port))
+while True:
+    frames = s.recv_multipart()
+    if frames[-1] == b"stop":
+        break
+    s.send_multipart(frames)
+"""
+
+
+class RawEchoes:
+    """N bare pyzmq ROUTER echo processes and a DEALER to each, to time raw round trips."""
+
+    def __init__(self, tmp: Path, n: int) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.socks: list[zmq.Socket] = []
+        try:
+            files = []
+            for i in range(n):
+                files.append(tmp / f"echo{i}.port")
+                self.procs.append(subprocess.Popen([sys.executable, "-c", ECHO, str(files[-1])]))
+            for f in files:
+                wait_for(lambda f=f: f.exists() and f.read_text(), timeout=30, what="echo server")
+                sock = zmq.Context.instance().socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(f"tcp://127.0.0.1:{f.read_text()}")
+                self.socks.append(sock)
+        except BaseException:
+            self.close()
+            raise
+
+    def rtts(self, count: int, spread: bool, rng: random.Random, payload: bytes = b"\x00" * 64) -> list[float]:
+        out = []
+        for _ in range(count):
+            sock = rng.choice(self.socks) if spread else self.socks[0]
+            t0 = time.perf_counter()
+            sock.send(payload)
+            sock.recv_multipart()
+            out.append((time.perf_counter() - t0) * 1000.0)
+        return out
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.send(b"stop")
+            sock.close()
+        stop_processes(self.procs, grace=2)
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--lookups", type=int, default=2000)
+    ap.add_argument("--stabilize", type=float, default=0.5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(1)
+    block = 100
+    hops: list[int] = []
+    ms: list[float] = []
+    spread: list[float] = []
+    hot: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalRing(Path(tmp), options={"stabilize": args.stabilize}) as ring:
+        ring.start(args.nodes, timeout=120)
+        ring.wait_consistent(timeout=120, fingers=True)
+        endpoints = [n.endpoint for n in ring.nodes]
+        echoes = RawEchoes(Path(tmp), args.nodes)
+        try:
+            with DhtClient(endpoints[0]) as client:
+                for b in range(args.lookups // block + 1):  # block 0 warms everything up
+                    for i in range(block):
+                        found = client.lookup(f"bench-{b}-{i}-{rng.getrandbits(40)}",
+                                              start=rng.choice(endpoints))
+                        assert found.ok, found.error
+                        if b:
+                            hops.append(found.hops)
+                            ms.append(found.ms)
+                    s = echoes.rtts(block, spread=True, rng=rng)
+                    h = echoes.rtts(block, spread=False, rng=rng)
+                    if b:
+                        spread += s
+                        hot += h
+        finally:
+            echoes.close()
+    rtts = float(np.mean(hops)) + 1
+    p50 = pct(ms, 50)
+    result = {
+        "nodes": args.nodes, "lookups": len(ms), "mean_hops": round(rtts - 1, 3),
+        "lookup_p50_ms": round(p50, 3), "lookup_p99_ms": round(pct(ms, 99), 3),
+        "raw_spread_p50_ms": round(pct(spread, 50), 4), "raw_spread_p99_ms": round(pct(spread, 99), 4),
+        "raw_hot_p50_ms": round(pct(hot, 50), 4), "raw_hot_p99_ms": round(pct(hot, 99), 4),
+        "ratio": round(p50 / (rtts * pct(spread, 50)), 3),
+        "ratio_vs_hot": round(p50 / (rtts * pct(hot, 50)), 3),
+        "goal": 1.5,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    r = result
+    print(f"ring of {r['nodes']} nodes, {r['lookups']} lookups from random nodes, mean hops {r['mean_hops']}")
+    print(f"  lookup latency            p50 {r['lookup_p50_ms']} ms   p99 {r['lookup_p99_ms']} ms")
+    print(f"  raw RTT over {args.nodes} processes  p50 {r['raw_spread_p50_ms']} ms   p99 {r['raw_spread_p99_ms']} ms")
+    print(f"  raw RTT, one hot process  p50 {r['raw_hot_p50_ms']} ms   p99 {r['raw_hot_p99_ms']} ms")
+    print(f"  p50 / ((mean hops + 1) x raw RTT): {r['ratio']} like-for-like (goal <= 1.5); "
+          f"{r['ratio_vs_hot']} against the hot process")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Each CLI command's --json output and its error path, run as a user would run them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+from chordpub.launcher import stop_processes, wait_for
+from dht.ids import key_id, owner_of
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    from chordpub.launcher import LocalRing
+
+    r = LocalRing(tmp_path_factory.mktemp("cli-ring"), options={"stabilize": 0.2})
+    try:
+        r.start(5)
+        r.wait_consistent(timeout=30, fingers=True)
+        yield r
+    finally:
+        r.stop()
+
+
+def dead_endpoint() -> str:
+    """A loopback port nobody listens on (bound, then released)."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.close(linger=0)
+    return f"127.0.0.1:{port}"
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_node_info_json(ring):
+    node = ring.nodes[2]
+    proc = run_cli("node", "info", node.endpoint, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"id", "endpoint", "predecessor", "successors", "fingers", "keys"}
+    ids = sorted(n.id for n in ring.nodes)
+    pos = ids.index(node.id)
+    assert out["id"] == node.id and out["endpoint"] == node.endpoint
+    assert out["predecessor"]["id"] == ids[pos - 1]
+    assert [s["id"] for s in out["successors"]] == [ids[(pos + j) % 5] for j in range(1, 5)]
+    assert len(out["fingers"]) == 64 and isinstance(out["keys"], int)
+
+
+def test_node_lookup_json(ring):
+    proc = run_cli("node", "lookup", ring.nodes[0].endpoint, "sports/football", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"key", "key_id", "owner", "hops", "path", "ms"}
+    assert out["key_id"] == key_id("sports/football")
+    assert out["owner"]["id"] == owner_of(sorted(n.id for n in ring.nodes), out["key_id"])
+    assert out["hops"] == len(out["path"]) - 1 and out["ms"] > 0
+
+
+def test_ring_check_json(ring):
+    proc = run_cli("ring", "check", ring.nodes[3].endpoint, "--json", "--expect", "5")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["nodes"] == 5 and out["consistent"] is True and out["problems"] == []
+    assert out["fingers_correct"] == 1.0
+    wrong = run_cli("ring", "check", ring.nodes[3].endpoint, "--json", "--expect", "6")
+    assert wrong.returncode == 1 and json.loads(wrong.stdout)["consistent"] is False
+
+
+@pytest.mark.parametrize("args,words", [
+    (("node", "info", "not-an-endpoint"), ("malformed endpoint",)),
+    (("node", "lookup", "127.0.0.1:99999", "k"), ("port",)),
+    (("ring", "check", "localhost"), ("malformed endpoint",)),
+    (("node", "leave", "x:y"), ("malformed endpoint",)),
+    (("node", "start", "--bits", "200", "--port", "0"), ("bits",)),
+    (("node", "start", "--join", "nope", "--port", "0"), ("malformed endpoint",)),
+])
+def test_bad_input_gives_one_clear_line(args, words):
+    one_error_line(run_cli(*args), *words)
+
+
+@pytest.mark.parametrize("args", [("node", "info"), ("node", "lookup"), ("ring", "check"), ("node", "leave")])
+def test_a_dead_node_gives_one_clear_line(args):
+    endpoint = dead_endpoint()
+    extra = ("key",) if args[1] == "lookup" else ()
+    one_error_line(run_cli(*args, endpoint, *extra), endpoint)
+
+
+def test_node_leave_and_start(tmp_path):
+    ready = tmp_path / "n.ready"
+    proc = subprocess.Popen([sys.executable, "-m", "chordpub", "node", "start", "--port", "0",
+                             "--ready-file", str(ready), "--stabilize", "0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(ready.exists, timeout=30, what="node ready")
+        endpoint = json.loads(ready.read_text())["endpoint"]
+        out = run_cli("node", "leave", endpoint)
+        assert out.returncode == 0 and "leaving" in out.stdout
+        assert proc.wait(timeout=10) == 0
+    finally:
+        stop_processes([proc])
+
+
+def test_ring_up_writes_the_file_and_stops_everything_on_sigterm(tmp_path):
+    ring_file = tmp_path / "ring.json"
+    log = open(tmp_path / "up.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "chordpub", "ring", "up", "--nodes", "4",
+                             "--base-port", "0", "--file", str(ring_file), "--stabilize", "0.2",
+                             "--log-dir", str(tmp_path / "logs")], stdout=log, stderr=subprocess.STDOUT)
+    pids: list[int] = []
+    try:
+        wait_for(ring_file.exists, timeout=60, what="ring.json")
+        nodes = json.loads(ring_file.read_text())["nodes"]
+        assert len(nodes) == 4
+        pids = [n["pid"] for n in nodes]
+        wait_for(lambda: "consistent" in (tmp_path / "up.log").read_text(), timeout=60, what="consistent")
+        check = run_cli("ring", "check", nodes[0]["endpoint"], "--json")
+        assert check.returncode == 0 and json.loads(check.stdout)["nodes"] == 4
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop_processes([proc])
+        log.close()
+
+    def all_gone() -> bool:
+        import os
+
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            return False
+        return True
+
+    wait_for(all_gone, timeout=10, what="node processes gone")
