@@ -49,7 +49,7 @@ def iterative_lookup(k: int, start: str, ask: AskFn, max_steps: int = 256,
     timeouts = 0
     current = start
     for _step in range(max_steps):
-        reply = ask(current, k, sorted(avoided))
+        reply = ask(current, k, sorted(avoided) if avoided else ())
         if not reply.ok:
             if unreachable(reply):
                 timeouts += 1
@@ -101,7 +101,9 @@ class DhtClient:
         return reply.body
 
     def _ask(self, endpoint: str, k: int, avoid: Collection[str]) -> Reply:
-        return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+        if avoid:
+            return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+        return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k))
 
     @property
     def bits(self) -> int:

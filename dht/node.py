@@ -142,7 +142,9 @@ class ChordNode:
         size = 1 << self.config.bits
         if request.get("key_id", 0) >= size:
             raise Refused(f"key_id outside this {self.config.bits}-bit ring")
-        peers = [request.get("peer"), request.get("predecessor"), *request.get("successors", [])]
+        if "peer" not in request:
+            return
+        peers = [request["peer"], request.get("predecessor"), *request.get("successors", ())]
         if any(p is not None and p.id >= size for p in peers):
             raise Refused(f"peer id outside this {self.config.bits}-bit ring")
 
@@ -307,7 +309,8 @@ class ChordNode:
                     self.routing.consider_successor(x)
                     continue  # verify the closer successor and take its list
                 self.routing.adopt_successor_list(succ, its)
-            rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
+            if x != self.me:  # the successor already knows us as its predecessor otherwise
+                rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
             return
 
     def _check_predecessor(self, rpc: RpcClient) -> None:
@@ -383,7 +386,9 @@ class ChordNode:
     @staticmethod
     def _remote_ask(rpc: RpcClient) -> Callable[[str, int, Collection[str]], Reply]:
         def ask(endpoint: str, k: int, avoid: Collection[str]) -> Reply:
-            return rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+            if avoid:
+                return rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+            return rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k))
 
         return ask
 

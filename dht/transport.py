@@ -79,7 +79,7 @@ class RpcServer:
         self.rejects = 0
         self._last_reject_log = 0.0
 
-    def serve(self, stop: threading.Event, poll_ms: int = 50) -> None:
+    def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
         """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
         self.socket.setsockopt(zmq.RCVTIMEO, poll_ms)  # a blocking recv that wakes to check `stop`
         while not stop.is_set():
@@ -147,6 +147,7 @@ class RpcClient:
         self.setup = setup
         self.max_sockets = max_sockets
         self._sockets: OrderedDict[str, zmq.Socket] = OrderedDict()
+        self._rcvtimeo: dict[zmq.Socket, int] = {}
         self._ids = itertools.count(1)
 
     def call(self, endpoint: str, op: str, timeout: float | None = None, retries: int | None = None,
@@ -179,7 +180,10 @@ class RpcClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            sock.setsockopt(zmq.RCVTIMEO, int(left * 1000) + 1)
+            wait_ms = int(left * 1000) + 1
+            if self._rcvtimeo.get(sock) != wait_ms:
+                sock.setsockopt(zmq.RCVTIMEO, wait_ms)
+                self._rcvtimeo[sock] = wait_ms
             try:
                 frames = sock.recv_multipart()
             except zmq.Again:
@@ -208,18 +212,21 @@ class RpcClient:
         self._sockets[endpoint] = sock
         while len(self._sockets) > self.max_sockets:
             _, old = self._sockets.popitem(last=False)
+            self._rcvtimeo.pop(old, None)
             old.close(linger=0)
         return sock
 
     def _drop(self, endpoint: str) -> None:
         sock = self._sockets.pop(endpoint, None)
         if sock is not None:
+            self._rcvtimeo.pop(sock, None)
             sock.close(linger=0)
 
     def close(self) -> None:
         for sock in self._sockets.values():
             sock.close(linger=0)
         self._sockets.clear()
+        self._rcvtimeo.clear()
 
     def __enter__(self) -> RpcClient:
         return self

@@ -9,6 +9,7 @@ touched; anything malformed becomes a `WireError`, which the server turns into a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,11 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     """Split "host:port" into (host, port) or raise WireError with a readable reason."""
     if not isinstance(text, str):
         raise WireError(f"an endpoint must be a 'host:port' string, got {type(text).__name__}")
+    return _parse_endpoint(text)
+
+
+@functools.lru_cache(maxsize=4096)  # a lookup sees the same few endpoints over and over
+def _parse_endpoint(text: str) -> tuple[str, int]:
     m = _ENDPOINT.match(text)
     if not m:
         raise WireError(f"malformed endpoint {text!r}: expected host:port, e.g. 127.0.0.1:5555")
