@@ -67,7 +67,7 @@ def stored_total(ring) -> int:
         return sum(client.info(n.endpoint)["stored"] for n in ring.live)
 
 
-def test_keys_survive_three_killed_nodes_no_two_neighbours(ring_factory):
+def test_keys_survive_three_killed_nodes_no_two_neighbours(ring_factory, record_property):
     ring = ring_factory(replicas=3)
     ring.start(12)
     ring.wait_consistent(timeout=30)
@@ -79,7 +79,8 @@ def test_keys_survive_three_killed_nodes_no_two_neighbours(ring_factory):
     wait_for(lambda: stored_total(ring) == 3 * len(keys), timeout=20 * PERIOD, what="3 copies of each key")
     for victim in neighbours_apart(ring, 3, random.Random(11)):
         ring.kill(victim)
-    ring.wait_consistent(timeout=10 * PERIOD)
+    _, took = ring.wait_consistent(timeout=10 * PERIOD)
+    record_property("healed_after_periods", round(took / PERIOD, 1))
     with DhtClient(ring.live[0].endpoint) as client:
         for k, v in keys.items():
             assert client.get(k) == v, k
@@ -145,3 +146,24 @@ def test_thirty_two_nodes_started_at_once_converge(ring_factory, record_property
         {"start_s": started - t0, "consistent_after_s": took, "periods": periods}))
     print(f"32 nodes: all serving after {started - t0:.1f}s, consistent {took:.2f}s later "
           f"({periods:.1f} periods)")
+
+
+def test_a_delete_outlives_the_owner_and_is_not_resurrected_by_a_replica(ring_factory):
+    ring = ring_factory(replicas=3)
+    ring.start(6)
+    ring.wait_consistent(timeout=30)
+    with DhtClient(ring.nodes[0].endpoint) as client:
+        client.put("doomed", b"v1")
+        client.put("kept", b"v2")
+        wait_for(lambda: stored_total(ring) == 6, timeout=20 * PERIOD, what="3 copies of both keys")
+        client.delete("doomed")
+        assert client.get("doomed") is None
+        # the tombstone reaches the replicas; then the owner dies
+        wait_for(lambda: stored_total(ring) == 3, timeout=20 * PERIOD, what="tombstones replicated")
+        owner = client.lookup("doomed").owner
+    victim = next(n for n in ring.nodes if n.endpoint == owner.endpoint)
+    ring.kill(victim)
+    ring.wait_consistent(timeout=10 * PERIOD)
+    with DhtClient(ring.live[0].endpoint) as client:
+        assert client.get("doomed") is None
+        assert client.get("kept") == b"v2"
