@@ -78,7 +78,8 @@ class ChordNode:
         self.routing = RoutingTable(self.me, config.bits, config.successors)
         self.store = Store(config.bits)
         self.rounds = 0
-        self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize))
+        # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
+        self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
         self._threads: list[threading.Thread] = []
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
@@ -424,6 +425,8 @@ class ChordNode:
             reply = rpc.call(endpoint, op, entries=[list(e) for e in batch])
             ok = ok and reply.ok
             if unreachable(reply):
+                with self.lock:
+                    self.routing.forget(endpoint)
                 return False
         return ok
 
