@@ -172,6 +172,25 @@ class DhtClient:
     def delete(self, key: str) -> None:
         self._at_owner(key, "delete")
 
+    # -- leased records (dht/records.py) --------------------------------------------------------
+    def put_field(self, key: str, field: str, value: bytes, ttl: float) -> None:
+        """Create or renew field `field` of the record at `key` for `ttl` seconds."""
+        self._at_owner(key, "put_field", field=field, value=value, ttl=ttl)
+
+    def del_field(self, key: str, field: str) -> None:
+        self._at_owner(key, "del_field", field=field)
+
+    def watch(self, key: str, endpoint: str, ttl: float) -> None:
+        """Have the owner send "changed" to `endpoint` whenever a field appears, changes or goes."""
+        self._at_owner(key, "watch", endpoint=endpoint, ttl=ttl)
+
+    def get_record(self, key: str) -> dict[str, bytes]:
+        """The live fields of the record at `key` ({} if there is none)."""
+        fields = self._at_owner(key, "get_record").get("fields") or {}
+        if not isinstance(fields, dict):
+            raise DhtError(f"get_record {key!r}: malformed reply")
+        return fields
+
     def leave(self, endpoint: str | None = None) -> None:
         self.call(endpoint or self.via, "leave")
 

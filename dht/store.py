@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from dht.ids import key_id
 
-EntryTuple = tuple[str, bytes | None, int]  # (key, value or None for a tombstone, version)
+# (key, value or None for a tombstone, version, is a leased record (dht/records.py))
+EntryTuple = tuple[str, bytes | None, int, bool]
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Entry:
     value: bytes | None
     version: int
     refreshed: float  # when it was last written or refreshed by its owner
+    record: bool = False
 
 
 class Store:
@@ -31,7 +33,7 @@ class Store:
         self.bits = bits
         self._entries: dict[str, Entry] = {}
 
-    def write(self, key: str, value: bytes | None, version: int, now: float) -> bool:
+    def write(self, key: str, value: bytes | None, version: int, now: float, record: bool = False) -> bool:
         """Apply a write (value None = delete) if it is not older than what is held."""
         current = self._entries.get(key)
         if current is not None and current.version > version:
@@ -39,16 +41,25 @@ class Store:
         if current is not None and current.version == version:
             current.refreshed = now
             return False
-        self._entries[key] = Entry(key_id(key, self.bits), value, version, now)
+        self._entries[key] = Entry(key_id(key, self.bits), value, version, now, record)
         return True
 
     def merge(self, entries: Iterable[EntryTuple], now: float) -> int:
         """Merge entries pushed by an owner (replicate) or a leaving node (handover)."""
-        return sum(self.write(k, v, ver, now) for k, v, ver in entries)
+        return sum(self.write(k, v, ver, now, rec) for k, v, ver, rec in entries)
 
     def get(self, key: str) -> bytes | None:
         entry = self._entries.get(key)
         return None if entry is None else entry.value
+
+    def is_record(self, key: str) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry.record
+
+    def records(self, keep: Callable[[int], bool]) -> list[tuple[str, bytes]]:
+        """(key, value) of the live leased records whose key id satisfies `keep`."""
+        return [(k, e.value) for k, e in self._entries.items()
+                if e.record and e.value is not None and keep(e.key_id)]
 
     def version(self, key: str) -> int:
         entry = self._entries.get(key)
@@ -56,7 +67,7 @@ class Store:
 
     def select(self, keep: Callable[[int], bool]) -> list[EntryTuple]:
         """Entries (tombstones included) whose key id satisfies `keep`."""
-        return [(k, e.value, e.version) for k, e in self._entries.items() if keep(e.key_id)]
+        return [(k, e.value, e.version, e.record) for k, e in self._entries.items() if keep(e.key_id)]
 
     def expire(self, now: float, lease: float, owns: Callable[[int], bool]) -> list[str]:
         """Drop replicas not refreshed within `lease`, and tombstones older than `lease`."""

@@ -61,9 +61,11 @@ class RpcServer:
     """
 
     def __init__(self, host: str, port: int, handler: Callable[[dict], dict],
-                 setup: SocketSetup | None = None, context: zmq.Context | None = None) -> None:
+                 setup: SocketSetup | None = None, context: zmq.Context | None = None,
+                 schemas: wire.Schemas | None = None) -> None:
         self.context = context or zmq.Context.instance()
         self.handler = handler
+        self.schemas = schemas
         self.socket = self.context.socket(zmq.ROUTER)
         _base_options(self.socket)
         self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -110,7 +112,7 @@ class RpcServer:
             return envelope + [self._reject(None, f"expected one body frame, got {len(rest)}")]
         rid: int | None = None
         try:
-            request = wire.decode_request(rest[0])
+            request = wire.decode_request(rest[0], self.schemas)
             rid = request["id"]
             result = self.handler(request)
             return envelope + [wire.encode_reply(rid, **result)]

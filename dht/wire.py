@@ -22,6 +22,7 @@ VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20  # frames above this are refused (and dropped by ZMQ_MAXMSGSIZE)
 MAX_KEY_CHARS = 1024
 MAX_VALUE_BYTES = 512 * 1024
+MAX_FIELD_CHARS = 256
 MAX_LIST = 4096
 MAX_ENTRIES = 100_000
 _UINT64 = (1 << 64) - 1
@@ -123,19 +124,39 @@ def _endpoints(value: Any, what: str) -> list[str]:
     return value
 
 
-def _entries(value: Any, what: str) -> list[tuple[str, bytes | None, int]]:
-    """Store entries as [key, value-or-nil (a tombstone), version]."""
+def _entries(value: Any, what: str) -> list[tuple[str, bytes | None, int, bool]]:
+    """Store entries as [key, value-or-nil (a tombstone), version, is-record]."""
     if not isinstance(value, list) or len(value) > MAX_ENTRIES:
         raise WireError(f"{what} must be a list of at most {MAX_ENTRIES} entries")
     out = []
     for item in value:
-        if not isinstance(item, list) or len(item) != 3:
-            raise WireError(f"each of {what} must be [key, value, version]")
+        if not isinstance(item, list) or len(item) != 4 or not isinstance(item[3], bool):
+            raise WireError(f"each of {what} must be [key, value, version, is_record]")
         key = _str(MAX_KEY_CHARS)(item[0], f"{what}.key")
         val = _optional_bytes(item[1], f"{what}.value")
         version = decode_id(item[2], f"{what}.version")
-        out.append((key, val, version))
+        out.append((key, val, version, item[3]))
     return out
+
+
+def _ttl(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86_400:
+        raise WireError(f"{what} must be a number of seconds in (0, 86400]")
+    return float(value)
+
+
+def _endpoint(value: Any, what: str) -> str:
+    parse_endpoint(value)
+    return value
+
+
+def _fields(value: Any, what: str) -> dict[str, bytes]:
+    if not isinstance(value, dict) or len(value) > MAX_LIST:
+        raise WireError(f"{what} must be a map of at most {MAX_LIST} fields")
+    for k, v in value.items():
+        _str(MAX_FIELD_CHARS)(k, f"{what} name")
+        _bytes(v, f"{what}[{k!r}]")
+    return value
 
 
 _id = decode_id
@@ -157,6 +178,17 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "leaving": {"peer": (_peer, True), "predecessor": (decode_optional_peer, False),
                 "successors": (_peers, False)},
     "leave": {},
+    # leased records (dht/records.py): fields that expire unless renewed, and watchers
+    "put_field": {"key": (_str(MAX_KEY_CHARS), True), "field": (_str(MAX_FIELD_CHARS), True),
+                  "value": (_bytes, True), "ttl": (_ttl, True)},
+    "del_field": {"key": (_str(MAX_KEY_CHARS), True), "field": (_str(MAX_FIELD_CHARS), True)},
+    "watch": {"key": (_str(MAX_KEY_CHARS), True), "endpoint": (_endpoint, True), "ttl": (_ttl, True)},
+    "get_record": {"key": (_str(MAX_KEY_CHARS), True)},
+}
+
+# what a watcher's endpoint receives when a record it watches changes
+WATCHER_SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
+    "changed": {"key": (_str(MAX_KEY_CHARS), True), "fields": (_fields, True)},
 }
 
 
@@ -186,17 +218,25 @@ def request_id(body: dict) -> int | None:
     return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
 
 
-def decode_request(frame: bytes) -> dict:
-    """A validated request: {"op", "id", field: python value ...}. Raises WireError."""
+Schemas = dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]]
+
+
+def decode_request(frame: bytes, schemas: Schemas | None = None) -> dict:
+    """A validated request: {"op", "id", field: python value ...}. Raises WireError.
+
+    `schemas` is the ring's protocol by default; other sockets (a subscriber's notify endpoint,
+    a publisher's repair endpoint) pass their own, and share this one validator.
+    """
+    schemas = SCHEMAS if schemas is None else schemas
     body = decode_map(frame)
     rid = request_id(body)
     if rid is None:
         raise WireError("request id must be an integer")
     op = body.get("op")
-    if not isinstance(op, str) or op not in SCHEMAS:
+    if not isinstance(op, str) or op not in schemas:
         raise WireError(f"unknown op {op!r}")
     out: dict[str, Any] = {"op": op, "id": rid}
-    for field, (check, required) in SCHEMAS[op].items():
+    for field, (check, required) in schemas[op].items():
         if field not in body:
             if required:
                 raise WireError(f"{op}: missing field {field!r}")

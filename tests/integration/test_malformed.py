@@ -34,7 +34,7 @@ def test_garbage_never_changes_state_or_stops_the_node(ring_factory):
             msgpack.packb({"v": 1, "op": "put", "id": 1, "key": 5, "value": b"x"}),  # wrong type
             msgpack.packb({"v": 1, "op": "put", "id": 2, "key": "precious", "value": None}),
             msgpack.packb({"v": 1, "op": "notify", "id": 3, "peer": {"id": "x", "endpoint": "a:1"}}),
-            msgpack.packb({"v": 1, "op": "replicate", "id": 4, "entries": [["precious", 7, 1]]}),
+            msgpack.packb({"v": 1, "op": "replicate", "id": 4, "entries": [["precious", 7, 1, False]]}),
             msgpack.packb({"v": 1, "op": "self_destruct", "id": 5}),
             msgpack.packb({"v": 1, "op": "leaving", "id": 6, "peer": {"id": 1, "endpoint": "bad"}}),
             msgpack.packb({"v": 1, "op": "delete", "id": 7, "key": ["precious"]}),

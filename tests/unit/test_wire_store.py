@@ -102,7 +102,7 @@ def test_store_keeps_the_newest_version_and_expires_unowned_replicas():
     assert s.write("a", b"1", version=10, now=0.0)
     assert not s.write("a", b"old", version=5, now=1.0)
     assert s.get("a") == b"1"
-    assert s.merge([("a", b"2", 11), ("b", b"x", 3)], now=2.0) == 2
+    assert s.merge([("a", b"2", 11, False), ("b", b"x", 3, False)], now=2.0) == 2
     assert s.get("a") == b"2"
     s.write("c", None, version=12, now=2.0)  # a tombstone
     assert s.get("c") is None and s.count() == 2

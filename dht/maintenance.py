@@ -1,0 +1,319 @@
+"""The maintenance thread of a ChordNode: everything the node says to other nodes.
+
+Each `stabilize` period (with a little jitter, as the paper randomizes its timers) it runs the
+protocol of ToN'03 Fig. 6 with successor lists (§V-B): stabilize + notify, check_predecessor,
+fix_fingers; then re-replicates owned keys to the first R-1 successors, expires stale replicas and
+expired record fields, and tells watchers what changed. Between rounds it takes jobs that request
+handlers queue (hand-over to a new predecessor, replication of a fresh write, a graceful leave),
+because handlers themselves never call out.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import time
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
+
+from dht import wire
+from dht.client import iterative_lookup, unreachable
+from dht.ids import in_half_open, in_open
+from dht.records import Record
+from dht.routing import Peer
+from dht.store import EntryTuple
+from dht.transport import Reply, RpcClient
+
+if TYPE_CHECKING:
+    from dht.node import ChordNode
+
+log = logging.getLogger(__name__)
+
+ENTRY_BATCH_BYTES = 256 * 1024
+QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
+WATCHER_TIMEOUT = 0.25
+
+AskFn = Callable[[str, int, Collection[str]], Reply]
+
+
+class Maintainer:
+    def __init__(self, node: ChordNode) -> None:
+        self.node = node
+        self.config = node.config
+        self.me = node.me
+        self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
+        self.watch_rpc = RpcClient(timeout=WATCHER_TIMEOUT, retries=0, setup=node.setup)
+        self._replicated_to: list[str] = []
+        self._last_links: tuple = ()
+        self._quiet_rounds = 0
+        self._next_finger = 0
+
+    @property
+    def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
+        return self.node.routing
+
+    def run(self) -> None:
+        node = self.node
+        try:
+            self.join()
+            next_round = time.monotonic()
+            while not node.stopped.is_set():
+                wait = next_round - time.monotonic()
+                try:
+                    kind, arg = node.jobs.get(timeout=wait) if wait > 0 else node.jobs.get_nowait()
+                except queue.Empty:
+                    kind, arg = "round", None
+                try:
+                    if kind == "leave":
+                        self.leave()
+                        return
+                    if kind == "handover":
+                        self.handover(*arg)
+                    elif kind == "replicate":
+                        self.replicate(force=True)
+                    elif kind == "notify_watchers":
+                        self.notify_watchers(arg)
+                    elif time.monotonic() >= next_round:
+                        self.round()
+                        next_round = time.monotonic() + self.config.stabilize * random.uniform(0.9, 1.1)
+                except Exception:  # a maintenance bug must not silently stop the node healing
+                    log.exception("maintenance step %s failed", kind)
+        finally:
+            self.rpc.close()
+            self.watch_rpc.close()
+
+    # -- the protocol -----------------------------------------------------------------------------
+    def join(self) -> None:
+        """join(n'): successor := n'.find_successor(me) (ToN'03 Fig. 6); retried until it works."""
+        node = self.node
+        if self.config.join is None or self.config.join == self.me.endpoint:
+            node.joined.set()
+            return
+        while not node.stopped.is_set():
+            found = iterative_lookup(self.me.id, self.config.join, self.remote_ask,
+                                     max_steps=4 * self.config.bits + 16)
+            if found.ok and found.owner is not None:
+                with node.lock:
+                    if found.owner != self.me:
+                        self.routing.adopt_successor_list(found.owner, [])
+                self.stabilize()
+                node.joined.set()
+                log.info("%s joined via %s; successor %s", self.me.endpoint, self.config.join,
+                         found.owner.endpoint)
+                return
+            log.warning("join via %s failed (%s); retrying", self.config.join, found.error)
+            node.stopped.wait(self.config.stabilize)
+
+    def round(self) -> None:
+        node = self.node
+        self.stabilize()
+        self.check_predecessor()
+        self.fix_fingers()
+        self.replicate(force=node.rounds % self.config.refresh_every == 0)
+        self.expire_records()
+        with node.lock:
+            node.store.expire(time.monotonic(), self.config.replica_lease_periods * self.config.stabilize,
+                              self.routing.owns)
+            node.rounds += 1
+
+    def stabilize(self) -> None:
+        """stabilize(): verify the successor, adopt a closer one, refresh the list, notify it."""
+        lock = self.node.lock
+        for _ in range(self.config.successors + 1):
+            with lock:
+                if self.routing.alone:
+                    return
+                succ = self.routing.successor
+            links = self.rpc.call(succ.endpoint, "get_links")
+            if not links.ok:
+                if unreachable(links):
+                    log.info("%s: successor %s is unreachable", self.me.endpoint, succ.endpoint)
+                    with lock:
+                        self.routing.forget(succ.endpoint)
+                    continue
+                return
+            try:
+                x = wire.decode_optional_peer(links.get("predecessor"))
+                its = wire.decode_peers(links.get("successors", []))
+            except wire.WireError as exc:
+                log.warning("bad get_links reply from %s: %s", succ.endpoint, exc)
+                return
+            with lock:
+                if x is not None and x != self.me and in_open(x.id, self.me.id, succ.id):
+                    self.routing.consider_successor(x)
+                    continue  # verify the closer successor and take its list
+                self.routing.adopt_successor_list(succ, its)
+            if x != self.me:  # the successor already knows us as its predecessor otherwise
+                self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
+            return
+
+    def check_predecessor(self) -> None:
+        with self.node.lock:
+            pred = self.routing.predecessor
+        if pred is not None and unreachable(self.rpc.call(pred.endpoint, "ping")):
+            with self.node.lock:
+                self.routing.forget(pred.endpoint)
+
+    def fix_fingers(self) -> None:
+        """fix_fingers() (ToN'03 Fig. 6), adaptive.
+
+        While the ring is changing (a successor, predecessor or finger changed within the last
+        few rounds) every finger is refreshed each round, as the paper's simulator does, so a
+        ring converges in a handful of periods. Once it is quiet, one run of fingers is refreshed
+        per round, round-robin like the paper's `next`, which keeps a steady ring's background
+        traffic at about one lookup per node per period. One lookup settles every finger that
+        the same node must own.
+        """
+        lock = self.node.lock
+        with lock:
+            links = (self.routing.predecessor, tuple(self.routing.successors))
+        if links != self._last_links:
+            self._last_links = links
+            self._quiet_rounds = 0
+        full = self._quiet_rounds < QUIET_ROUNDS_BEFORE_INCREMENTAL
+        changed = False
+        i = 0 if full else self._next_finger
+        while i < self.config.bits and not self.node.stopped.is_set():
+            with lock:
+                start = self.routing.finger_start(i)
+                succ = self.routing.successor
+            if in_half_open(start, self.me.id, succ.id) or succ == self.me:
+                owner = succ
+            else:
+                found = iterative_lookup(start, self.me.endpoint, self.local_first_ask,
+                                         max_steps=2 * self.config.bits)
+                if self.config.on_lookup is not None:
+                    self.config.on_lookup(found)
+                if not found.ok or found.owner is None:
+                    i += 1
+                    continue
+                owner = found.owner
+            with lock:
+                changed = changed or self.routing.fingers[i] != owner
+                i = self.routing.set_finger(i, owner)[-1] + 1
+            if not full and owner != succ:
+                break
+        self._next_finger = i if i < self.config.bits else 0
+        self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
+
+    def local_first_ask(self, endpoint: str, k: int, avoid: Collection[str]) -> Reply:
+        """A lookup step: ours from the table, others' by RPC; a peer that times out is forgotten."""
+        if endpoint != self.me.endpoint:
+            reply = self.remote_ask(endpoint, k, avoid)
+            if unreachable(reply):
+                with self.node.lock:
+                    self.routing.forget(endpoint)
+            return reply
+        with self.node.lock:
+            hop = self.routing.next_hop(k, avoid)
+        if hop is None:
+            return Reply(False, err="no route")
+        return Reply(True, {"done": hop.done, "peer": wire.encode_peer(hop.peer)})
+
+    def remote_ask(self, endpoint: str, k: int, avoid: Collection[str]) -> Reply:
+        if avoid:
+            return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k), avoid=list(avoid))
+        return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k))
+
+    # -- replication and hand-over ----------------------------------------------------------------
+    def replicate(self, force: bool) -> None:
+        """Push owned entries to the first replicas-1 successors when they change, or to refresh."""
+        with self.node.lock:
+            targets = [s.endpoint for s in self.routing.successors[: self.config.replicas - 1]]
+            if not targets or (not force and targets == self._replicated_to):
+                self._replicated_to = targets
+                return
+            owned = self.node.store.select(self.routing.owns)
+        if owned:
+            for endpoint in targets:
+                self.push(endpoint, "replicate", owned)
+        self._replicated_to = targets
+
+    def handover(self, old: Peer | None, new: Peer) -> None:
+        """A new predecessor joined: give it the entries it now owns (key transfer on join)."""
+        node = self.node
+        with node.lock:
+            if self.routing.predecessor != new:
+                return
+            if old is not None and old != new:
+                moving = node.store.select(lambda k: in_half_open(k, old.id, new.id))
+            else:
+                moving = node.store.select(lambda k: not in_half_open(k, new.id, self.me.id))
+        if moving:
+            self.push(new.endpoint, "handover", moving)
+
+    def push(self, endpoint: str, op: str, entries: list[EntryTuple]) -> bool:
+        ok = True
+        for batch in batches(entries):
+            reply = self.rpc.call(endpoint, op, entries=[list(e) for e in batch])
+            ok = ok and reply.ok
+            if unreachable(reply):
+                with self.node.lock:
+                    self.routing.forget(endpoint)
+                return False
+        return ok
+
+    def leave(self) -> None:
+        """Graceful leave: entries to the successor, then splice ourselves out, then stop."""
+        node = self.node
+        with node.lock:
+            succ, pred = self.routing.successor, self.routing.predecessor
+            succs = list(self.routing.successors)
+            entries = node.store.select(lambda _k: True)
+        if succ != self.me:
+            self.push(succ.endpoint, "handover", entries)
+            self.rpc.call(succ.endpoint, "leaving", peer=wire.encode_peer(self.me),
+                          predecessor=wire.encode_peer(pred))
+        if pred is not None and pred != self.me:
+            self.rpc.call(pred.endpoint, "leaving", peer=wire.encode_peer(self.me),
+                          successors=[wire.encode_peer(s) for s in succs])
+        log.info("%s left the ring", self.me.endpoint)
+        node.stopped.set()
+
+    # -- leased records ----------------------------------------------------------------------------
+    def expire_records(self) -> None:
+        """The owner drops expired fields of its records and tells their watchers."""
+        node = self.node
+        now = time.time()
+        changed: list[str] = []
+        with node.lock:
+            for key, raw in node.store.records(self.routing.owns):
+                try:
+                    rec = Record.decode(raw)
+                except ValueError:
+                    continue
+                before = len(rec.watchers)
+                fields_gone = rec.expire(now)
+                if fields_gone or len(rec.watchers) != before:
+                    node.write_record(key, rec)
+                if fields_gone:
+                    changed.append(key)
+        for key in changed:
+            self.notify_watchers(key)
+
+    def notify_watchers(self, key: str) -> None:
+        """Send the record's live fields to every live watcher ("changed"); a dead one just misses it."""
+        now = time.time()
+        with self.node.lock:
+            raw = self.node.store.get(key)
+            if raw is None or not self.node.store.is_record(key):
+                return
+            rec = Record.decode(raw)
+        fields = rec.view(now)
+        for endpoint in rec.live_watchers(now):
+            self.watch_rpc.call(endpoint, "changed", key=key, fields=fields)
+
+
+def batches(entries: list[EntryTuple]) -> list[list[EntryTuple]]:
+    """Split entries so that each message stays well under the wire's size limit."""
+    out: list[list[EntryTuple]] = [[]]
+    size = 0
+    for e in entries:
+        esize = len(e[0]) + (len(e[1]) if e[1] else 0) + 16
+        if out[-1] and size + esize > ENTRY_BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(e)
+        size += esize
+    return out
