@@ -269,6 +269,9 @@ def keyid(key: str, bits: int = 64) -> None:
     typer.echo(str(key_id(key, bits)))
 
 
+from chordpub import cli_pubsub  # noqa: E402,F401 - registers pub, sub and topic on `app`
+
+
 def main() -> None:
     app()
 

@@ -94,7 +94,7 @@ class DhtClient:
         self._bits: int | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
-    def call(self, endpoint: str, op: str, **fields: object) -> dict:
+    def call(self, endpoint: str, op: str, /, **fields: object) -> dict:
         reply = self.rpc.call(endpoint, op, **fields)
         if not reply.ok:
             raise DhtError(f"{op} on {endpoint} failed: {reply.err}")
@@ -140,7 +140,7 @@ class DhtClient:
         return iterative_lookup(k, start or self.via, self._ask, max_steps=4 * self.bits + 16,
                                 avoid=avoid)
 
-    def _at_owner(self, key: str, op: str, attempts: int = 4, **fields: object) -> dict:
+    def _at_owner(self, key: str, op: str, /, attempts: int = 4, **fields: object) -> dict:
         """Run `op` on the key's owner; a dead or not-yet-updated owner sends us round again."""
         avoid: set[str] = set()
         last = "no attempt"

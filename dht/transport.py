@@ -152,7 +152,7 @@ class RpcClient:
         self._rcvtimeo: dict[zmq.Socket, int] = {}
         self._ids = itertools.count(1)
 
-    def call(self, endpoint: str, op: str, timeout: float | None = None, retries: int | None = None,
+    def call(self, endpoint: str, op: str, /, timeout: float | None = None, retries: int | None = None,
              **fields: Any) -> Reply:
         """Send one request and wait for its reply; never raises for network trouble."""
         timeout = self.timeout if timeout is None else timeout

@@ -163,6 +163,15 @@ _id = decode_id
 _peer = decode_peer
 _peers = decode_peers
 
+# field checkers for other sockets' schemas (pubsub's repair and notify endpoints)
+string = _str
+uint = decode_id
+blob = _bytes
+
+
+def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, what: None if value is None else check(value, what)
+
 # op -> {field: (checker, required)}
 SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "ping": {},
