@@ -24,7 +24,7 @@ import zmq
 from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.transport import RpcClient, RpcServer, SocketSetup
-from pubsub.directory import Directory, PublisherEntry, leader, publishers_from_fields
+from pubsub.directory import Directory, PublisherEntry, leader
 from pubsub.envelope import Envelope, EnvelopeError
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Subscriber:
         self.repair = RpcClient(timeout=1.0, retries=1, setup=setup)
         self.states: dict[str, PublisherState] = {}
         self.stats = Stats()
-        self._pending_fields: dict[str, bytes] | None = None
+        self._changed = False
         self._next_heartbeat = 0.0
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -151,14 +151,19 @@ class Subscriber:
             reply = self.notify.handle_frames(frames)
             if reply is not None:
                 self.notify.socket.send_multipart(reply, zmq.NOBLOCK)
-        if self._pending_fields is not None:
-            fields, self._pending_fields = self._pending_fields, None
-            self._reconcile(publishers_from_fields(fields))
+        if self._changed:
+            # the push is only a hint: what we act on is read back from the ring, so a forged or
+            # stale "changed" message can cost a read but cannot change what we connect to
+            self._changed = False
+            try:
+                self._reconcile(self.directory.publishers(self.topic))
+            except DhtError as exc:
+                log.warning("directory unavailable: %s", exc)
 
     def _on_notify(self, req: dict) -> dict:
         if req["key"] != self.topic:
             raise wire.WireError(f"not watching {req['key']!r}")
-        self._pending_fields = req["fields"]  # acted on after the reply, outside the handler
+        self._changed = True  # acted on after the reply, outside the handler
         return {}
 
     def _drain_sub(self, count: int | None) -> None:

@@ -7,6 +7,7 @@ import random
 import msgpack
 import zmq
 
+from chordpub.launcher import wait_for
 from dht import wire
 from dht.client import DhtClient
 
@@ -23,6 +24,9 @@ def test_garbage_never_changes_state_or_stops_the_node(ring_factory):
     target = ring.nodes[1].endpoint
     with DhtClient(ring.nodes[0].endpoint) as client:
         client.put("precious", b"v1")
+        # all three copies in place first, so that nothing legitimate changes during the test
+        wait_for(lambda: sum(client.info(n.endpoint)["stored"] for n in ring.nodes) == 3, timeout=10,
+                 what="the key on all three nodes")
         before = state(client, target)
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
