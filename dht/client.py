@@ -20,6 +20,10 @@ from dht.transport import Reply, RpcClient, SocketSetup
 AskFn = Callable[[str, int, Collection[str]], Reply]  # (endpoint, key id, avoid) -> next_hop reply
 
 
+MAX_ENTRY_POINTS = 16
+MAX_ENTRY_TRIES = 4
+
+
 class DhtError(RuntimeError):
     """An operation on the ring that could not be carried out; the text says why."""
 
@@ -92,6 +96,8 @@ class DhtClient:
         self.via = via
         self.rpc = RpcClient(timeout=timeout, retries=retries, setup=setup)
         self._bits: int | None = None
+        # where lookups may start: `via` first, then nodes seen answering, for when `via` dies
+        self.entry_points: list[str] = [via]
 
     # -- plumbing -------------------------------------------------------------------------------
     def call(self, endpoint: str, op: str, /, **fields: object) -> dict:
@@ -108,13 +114,22 @@ class DhtClient:
     @property
     def bits(self) -> int:
         if self._bits is None:
-            bits = self.info().get("bits")
+            bits = self._first_info().get("bits")
             self._bits = check_bits(bits if isinstance(bits, int) else 64)
         return self._bits
 
     # -- operations -----------------------------------------------------------------------------
     def ping(self, endpoint: str | None = None) -> bool:
         return self.rpc.call(endpoint or self.via, "ping").ok
+
+    def _first_info(self) -> dict:
+        """info from the first entry point that answers (learning the ring's id width)."""
+        for entry in list(self.entry_points):
+            try:
+                return self.info(entry)
+            except DhtError as exc:
+                last = exc
+        raise last
 
     def info(self, endpoint: str | None = None) -> dict:
         """A node's state in the CLI contract's shape: id, endpoint, predecessor, successors, ..."""
@@ -137,8 +152,24 @@ class DhtClient:
         return self.lookup_id(key_id(key, self.bits), start)
 
     def lookup_id(self, k: int, start: str | None = None, avoid: Collection[str] = ()) -> LookupResult:
-        return iterative_lookup(k, start or self.via, self._ask, max_steps=4 * self.bits + 16,
-                                avoid=avoid)
+        """Iterative lookup from `start`, or from the first entry point that answers."""
+        max_steps = 4 * self.bits + 16
+        if start is not None:
+            return iterative_lookup(k, start, self._ask, max_steps=max_steps, avoid=avoid)
+        found = LookupResult(k, False, error="no entry point")
+        for entry in [e for e in self.entry_points if e not in avoid][:MAX_ENTRY_TRIES]:
+            found = iterative_lookup(k, entry, self._ask, max_steps=max_steps, avoid=avoid)
+            if found.path:  # the entry point answered
+                self._learn(entry, found)
+                return found
+            self.entry_points.remove(entry)
+            self.entry_points.append(entry)  # dead or not: try it last from now on
+        return found
+
+    def _learn(self, entry: str, found: LookupResult) -> None:
+        seen = [entry, *found.path] + ([found.owner.endpoint] if found.owner else [])
+        merged = list(dict.fromkeys(seen + self.entry_points))
+        self.entry_points = merged[:MAX_ENTRY_POINTS]
 
     def _at_owner(self, key: str, op: str, /, attempts: int = 4, **fields: object) -> dict:
         """Run `op` on the key's owner; a dead or not-yet-updated owner sends us round again."""
