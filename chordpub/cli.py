@@ -87,6 +87,7 @@ def node_start(
     run: str = typer.Option("live", help="Run name written in trace rows."),
     curve: Path = typer.Option(None, help="CURVE keys directory (not yet implemented: issue 7)."),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
+    relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
@@ -107,6 +108,12 @@ def node_start(
         writer = JsonlWriter(trace, "lookups")
     # the server thread must not wait 5 ms for the GIL while the maintenance thread computes
     sys.setswitchinterval(0.0005)
+    relay_service = None
+    if relay:
+        from pubsub.relay import Relay
+
+        relay_service = Relay(host).start()
+        config.services.update(relay_service.services)
     node = ChordNode(config)
     if writer is not None:
         lock = threading.Lock()
@@ -134,6 +141,8 @@ def node_start(
         node.leave()
         node.wait(timeout=3 * node.timeout + 1)
     node.stop()
+    if relay_service is not None:
+        relay_service.close()
     if writer is not None:
         writer.close()
 

@@ -23,8 +23,6 @@ MODES = ("direct", "relay")
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "relay":
-        fail("--mode relay is not implemented yet (issue 3, in progress)")
 
 
 def _stop_on_signals() -> threading.Event:
@@ -131,8 +129,8 @@ def sub(
             dead.write(json.dumps(row) + "\n")
 
     try:
-        subscriber = Subscriber(via, topic, host=host, history=history, reliable=reliable,
-                                heartbeat=heartbeat, on_delivery=on_delivery, on_dead_letter=on_dead_letter)
+        subscriber = Subscriber(via, topic, host=host, history=history, reliable=reliable, heartbeat=heartbeat,
+                                on_delivery=on_delivery, on_dead_letter=on_dead_letter, mode=mode)
         stats = subscriber.run(count=count, duration=seconds, stop=stop.is_set)
     finally:
         if subscriber is not None:

@@ -146,6 +146,8 @@ class DhtClient:
             raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
         for k in ("keys", "stored", "replicas", "r", "rounds", "joined"):
             out[k] = body.get(k)
+        services = body.get("services")
+        out["services"] = services if isinstance(services, dict) else {}
         return out
 
     def lookup(self, key: str, start: str | None = None) -> LookupResult:

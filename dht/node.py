@@ -41,6 +41,7 @@ class NodeConfig:
     replica_lease_periods: float = 10.0
     refresh_every: int = 2  # rounds between full replica refreshes
     on_lookup: Callable[[object], None] | None = field(default=None, repr=False)
+    services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
 
     def validate(self) -> None:
         check_bits(self.bits)
@@ -160,6 +161,7 @@ class ChordNode:
                 "r": self.config.successors,
                 "rounds": self.rounds,
                 "joined": self.joined.is_set(),
+                "services": dict(self.config.services),
             }
 
     def _on_next_hop(self, req: dict) -> dict:

@@ -21,6 +21,7 @@ from dht.transport import Refused, RpcServer, SocketSetup
 from pubsub.directory import Directory, PublisherEntry
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope
 from pubsub.history import History
+from pubsub.relay import SERVICE_IN, resolve_relay
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ class Publisher:
         self.entry = PublisherEntry(self.id, self.id, self.repair.endpoint, strength, history, mode)
         self._threads: list[threading.Thread] = []
         self.sent = 0
+        if mode not in ("direct", "relay"):
+            raise ValueError(f"mode must be direct or relay, got {mode!r}")
+        self.relay_target: str | None = None  # relay mode: set by the heartbeat thread ...
+        self._relay_connected: str | None = None  # ... applied by the publishing thread
 
     def start(self, timeout: float = 15.0) -> Publisher:
         """Serve history/repair, register with the topic's owner, and wait until registered."""
@@ -75,12 +80,26 @@ class Publisher:
 
     def publish(self, payload: bytes) -> Envelope:
         """Send one message (from one thread only: the PUB socket is not thread-safe)."""
+        if self.relay_target != self._relay_connected:
+            self._follow_relay()
         with self.lock:
             env = Envelope(self.topic, self.id, self.history.last_seq + 1, time.time_ns(), payload)
             self.history.add(env)
         self.pub.send_multipart(env.frames())
         self.sent += 1
         return env
+
+    def _follow_relay(self) -> None:
+        """Relay mode: connect the PUB socket to the topic owner's relay (ownership may move)."""
+        target = self.relay_target
+        if self._relay_connected is not None:
+            try:
+                self.pub.disconnect(wire.zmq_address(self._relay_connected))
+            except zmq.ZMQError:
+                pass
+        if target is not None:
+            self.pub.connect(wire.zmq_address(target))
+        self._relay_connected = target
 
     def close(self, unregister: bool = True) -> None:
         self._unregister = unregister
@@ -101,6 +120,8 @@ class Publisher:
             directory = Directory(client, self.heartbeat)
             while not self.stopping.is_set():
                 try:
+                    if self.mode == "relay":
+                        self.relay_target = resolve_relay(client, self.topic, SERVICE_IN)
                     directory.register_publisher(self.topic, self.entry)
                     self.registered.set()
                 except DhtError as exc:

@@ -26,6 +26,7 @@ from dht.client import DhtClient, DhtError
 from dht.transport import RpcClient, RpcServer, SocketSetup
 from pubsub.directory import Directory, PublisherEntry, leader
 from pubsub.envelope import Envelope, EnvelopeError
+from pubsub.relay import SERVICE_OUT, DirectRoute, RelayRoute, Route
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ class Subscriber:
     def __init__(self, via: str, topic: str, host: str = "127.0.0.1", history: int = 0,
                  reliable: bool = False, heartbeat: float = 1.0, setup: SocketSetup | None = None,
                  on_delivery: Callable[[Delivery], None] | None = None,
-                 on_dead_letter: Callable[[dict], None] | None = None, rcvhwm: int = 100_000) -> None:
+                 on_dead_letter: Callable[[dict], None] | None = None, rcvhwm: int = 100_000,
+                 mode: str = "direct") -> None:
         wire.parse_endpoint(via)
         if history < 0:
             raise ValueError("--history cannot be negative")
@@ -89,6 +91,11 @@ class Subscriber:
         self.directory = Directory(self.client, heartbeat)
         self.repair = RpcClient(timeout=1.0, retries=1, setup=setup)
         self.states: dict[str, PublisherState] = {}
+        if mode not in ("direct", "relay"):
+            raise ValueError(f"mode must be direct or relay, got {mode!r}")
+        self.mode = mode
+        self.route: Route = (DirectRoute(self.sub) if mode == "direct"
+                             else RelayRoute(self.sub, self.client, topic, SERVICE_OUT))
         self.stats = Stats()
         self._changed = False
         self._next_heartbeat = 0.0
@@ -185,11 +192,13 @@ class Subscriber:
 
     # -- publishers come and go --------------------------------------------------------------------
     def _reconcile(self, publishers: list[PublisherEntry]) -> None:
+        """Match new publishers, drop gone ones, point the route at them, then catch up the new."""
         current = {p.id: p for p in publishers}
         for pid in list(self.states):
             if pid not in current:
                 log.info("publisher %s left %s", pid, self.topic)
-                self._disconnect(self.states.pop(pid).entry)
+                del self.states[pid]
+        new: list[PublisherState] = []
         for pid, entry in current.items():
             if pid in self.states or pid in self.stats.unmatched:
                 continue
@@ -202,14 +211,16 @@ class Subscriber:
             st = PublisherState(entry)
             self.states[pid] = st
             self.stats.publishers.add(pid)
-            self.sub.connect(wire.zmq_address(entry.endpoint))
+            new.append(st)
+        self._sync_route()  # connect before catching up, so nothing falls between the two
+        for st in new:
             self._catch_up(st)
 
-    def _disconnect(self, entry: PublisherEntry) -> None:
+    def _sync_route(self) -> None:
         try:
-            self.sub.disconnect(wire.zmq_address(entry.endpoint))
-        except zmq.ZMQError:
-            pass
+            self.route.sync([st.entry for st in self.states.values()])
+        except DhtError as exc:
+            log.warning("%s route: %s", self.mode, exc)
 
     def _catch_up(self, st: PublisherState) -> None:
         """On matching a publisher: reliable mode takes everything from seq 1, history mode the last k."""

@@ -92,12 +92,13 @@ def pub_args(via: str, topic: str, trace: Path, *extra: str) -> list[str]:
     return ["pub", "--via", via, "--topic", topic, "--trace", str(trace), *extra]
 
 
+@pytest.mark.parametrize("mode", ["direct", "relay"])
 @pytest.mark.parametrize("reliable", [True, False], ids=["reliable", "best-effort"])
-def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, tmp_path, reliable):
+def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, tmp_path, reliable, mode):
     via = [n.endpoint for n in ring.nodes]
     topics = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
     n_msgs = 150
-    rel = ["--reliable"] if reliable else []
+    rel = ["--reliable", "--mode", mode] if reliable else ["--mode", mode]
     wants = {"s1": "alpha", "s2": "beta", "s3": "alpha"}
     expected_count = {"alpha": 2 * n_msgs, "beta": n_msgs}
 
@@ -115,7 +116,8 @@ def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, t
                  timeout=20, what="subscribers registered")
     for name, topic in topics.items():
         procs(name, *pub_args(via[int(name[1]) + 3], topic, tmp_path / f"{name}.jsonl", "--count", str(n_msgs),
-                              "--rate", "100", "--history", "1000", "--linger", "6", "--heartbeat", "0.5"))
+                              "--rate", "100", "--history", "1000", "--linger", "6", "--heartbeat", "0.5",
+                              "--mode", mode))
     wait_for(lambda: len(lines(tmp_path / "p1.jsonl")) >= 50, timeout=20, what="p1 half-way")
     subs["s3"] = start_sub("s3")  # after the publishers
     for name, p in subs.items():
