@@ -262,12 +262,14 @@ def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H
 # -- demo -------------------------------------------------------------------------------------------
 @app.command("demo")
 @clean_errors
-def demo(seconds: float = typer.Option(10.0, help="Rough duration of the pub/sub part."),
+def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishing, split between direct and "
+                                      "relay mode (0: lookups only)."),
          out: Path = typer.Option(Path("runs"), help="Where the run directory goes."),
          nodes: int = typer.Option(8, min=1, max=256, help="Ring size."),
          lookups: int = typer.Option(1000, min=1, help="Lookups of random topic names."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """The main job: a local ring, lookups from random nodes, and what they measured."""
+    """The main job: a local ring, lookups from random nodes, then 3 publishers and 3 subscribers on
+    overlapping topics (direct, then relay), and what they measured."""
     from chordpub.demo import run_demo
 
     run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json)

@@ -4,7 +4,8 @@ Subscribers connect their SUB sockets straight to our PUB socket (the ring only 
 Every message gets the next sequence number and goes into the bounded history, which a ROUTER
 serves: the last k messages to a late joiner, or a range to a reliable subscriber repairing a
 gap. A heartbeat thread renews our leased entry in the topic's record; if we die, the entry
-expires within a lease and subscribers drop us.
+expires within a lease and subscribers drop us. In relay mode the PUB socket also connects to the
+topic owner's relay, which the heartbeat re-resolves, so the publisher follows ownership moves.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class Publisher:
         if not self.registered.wait(timeout):
             self.close(unregister=False)
             raise DhtError(f"could not register topic {self.topic!r} via {self.via} within {timeout:g}s")
+        if self.relay_target != self._relay_connected:
+            self._follow_relay()  # connect now: the handshake overlaps the caller's first steps
         return self
 
     def publish(self, payload: bytes) -> Envelope:

@@ -7,9 +7,13 @@ the owner changes. Per publisher:
 - history on join (`history` > 0): the last k messages, marked recovered. A publisher that offers
   fewer than k is not matched, and we say so (offered >= requested);
 - reliable mode: in-order delivery by sequence number from 1, duplicates dropped, gaps (the slow
-  joiner's start included, and the tail, checked every heartbeat) repaired from the publisher's
-  history; what fell out of it goes to the dead-letter trace with its range and counts in `gaps`;
+  joiner's start included, and the tail, checked once a stream stalls for a heartbeat) repaired
+  from the publisher's history; what fell out of it goes to the dead-letter trace with its range
+  and counts in `gaps`;
 - ownership strength: on an exclusive topic only the strongest live publisher is delivered.
+In relay mode the SUB socket is connected to the topic owner's relay instead, which may forward a
+publisher's first messages before the record has told us of it: those are held (bounded) and the
+record re-read at once, so relay mode loses no more of a new publisher's start than direct mode.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pubsub.relay import SERVICE_OUT, DirectRoute, RelayRoute, Route
 log = logging.getLogger(__name__)
 
 NOTIFY_SCHEMAS = wire.WATCHER_SCHEMAS
+PENDING_LIMIT = 10_000  # messages held for publishers the record has not told us of yet
 
 
 @dataclass
@@ -52,6 +57,7 @@ class PublisherState:
     seen: set[int] = field(default_factory=set)  # best-effort mode: for duplicate and gap counts
     highest: int = 0
     first_available: int = 1  # the oldest seq its history still held at the last fetch
+    expected_at_beat: int = 0  # reliable mode: `expected` at the previous heartbeat
 
 
 @dataclass
@@ -97,7 +103,12 @@ class Subscriber:
         self.route: Route = (DirectRoute(self.sub) if mode == "direct"
                              else RelayRoute(self.sub, self.client, topic, SERVICE_OUT))
         self.stats = Stats()
+        # relay mode: messages of a publisher the relay forwards before the record has told us of it,
+        # kept until the next read of the record matches (or drops) it
+        self.pending: dict[str, list[Envelope]] = {}
+        self._pending_count = 0
         self._changed = False
+        self._stranger_reread_at = 0.0
         self._next_heartbeat = 0.0
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -125,6 +136,8 @@ class Subscriber:
                 self._drain_notify()
             if self.sub in events:
                 self._drain_sub(count)
+            if self._changed:
+                self._reread()
         return self.stats
 
     def close(self, unregister: bool = True) -> None:
@@ -147,7 +160,7 @@ class Subscriber:
             log.warning("directory unavailable: %s", exc)
         if self.reliable:
             for st in list(self.states.values()):
-                self._repair(st, st.expected, None)
+                self._check_tail(st)
 
     def _drain_notify(self) -> None:
         while True:
@@ -158,14 +171,18 @@ class Subscriber:
             reply = self.notify.handle_frames(frames)
             if reply is not None:
                 self.notify.socket.send_multipart(reply, zmq.NOBLOCK)
-        if self._changed:
-            # the push is only a hint: what we act on is read back from the ring, so a forged or
-            # stale "changed" message can cost a read but cannot change what we connect to
-            self._changed = False
-            try:
-                self._reconcile(self.directory.publishers(self.topic))
-            except DhtError as exc:
-                log.warning("directory unavailable: %s", exc)
+
+    def _reread(self) -> None:
+        """Act on a hint (a push, a stranger's message) by reading the record back from the ring.
+
+        The hint itself is never trusted: a forged or stale "changed" message can cost a read but
+        cannot change what we connect to or deliver.
+        """
+        self._changed = False
+        try:
+            self._reconcile(self.directory.publishers(self.topic))
+        except DhtError as exc:
+            log.warning("directory unavailable: %s", exc)
 
     def _on_notify(self, req: dict) -> dict:
         if req["key"] != self.topic:
@@ -189,6 +206,18 @@ class Subscriber:
             st = self.states.get(env.publisher)
             if st is not None:
                 self._accept(st, env, recovered=False)
+            elif env.publisher not in self.stats.unmatched:
+                self._hold(env)
+
+    def _hold(self, env: Envelope) -> None:
+        """Keep a not-yet-matched publisher's message (bounded) and ask the ring about it soon."""
+        if self._pending_count < PENDING_LIMIT:
+            self.pending.setdefault(env.publisher, []).append(env)
+            self._pending_count += 1
+        now = time.monotonic()
+        if now >= self._stranger_reread_at:
+            self._stranger_reread_at = now + self.heartbeat / 10
+            self._changed = True
 
     # -- publishers come and go --------------------------------------------------------------------
     def _reconcile(self, publishers: list[PublisherEntry]) -> None:
@@ -215,6 +244,11 @@ class Subscriber:
         self._sync_route()  # connect before catching up, so nothing falls between the two
         for st in new:
             self._catch_up(st)
+            for env in self.pending.pop(st.entry.id, []):
+                self._accept(st, env, recovered=False)
+        for pid in [p for p in self.pending if p not in current or p in self.stats.unmatched]:
+            del self.pending[pid]  # the record does not know it: a stranger, or one that already left
+        self._pending_count = sum(len(v) for v in self.pending.values())
 
     def _sync_route(self) -> None:
         try:
@@ -303,6 +337,20 @@ class Subscriber:
             missing_to = st.first_available - 1 if hi is None else min(st.first_available - 1, hi)
             self._dead_letter(st, st.expected, missing_to, "fell out of the publisher's history")
         self._drain(st)
+
+    def _check_tail(self, st: PublisherState) -> None:
+        """A lost last message shows no gap behind it: once a stream stalls for a beat, ask the head.
+
+        While messages keep arriving, the next one reveals any gap, so a stream that progressed since
+        the last beat is left alone (repairing it would only re-fetch what is already queued to us).
+        """
+        if st.expected != st.expected_at_beat:
+            st.expected_at_beat = st.expected
+            return
+        head = self.repair.call(st.entry.repair, "last", topic=self.topic, count=0)
+        if head.ok and int(head.get("last", 0)) >= st.expected:
+            self._repair(st, st.expected, None)
+        st.expected_at_beat = st.expected
 
     def _dead_letter(self, st: PublisherState, lo: int, hi: int, reason: str) -> None:
         if hi < lo:

@@ -146,3 +146,27 @@ def test_ring_up_writes_the_file_and_stops_everything_on_sigterm(tmp_path):
         return True
 
     wait_for(all_gone, timeout=10, what="node processes gone")
+
+
+def test_demo_measures_lookups_and_both_dissemination_modes(tmp_path):
+    from traces.schema import normalize
+
+    proc = run_cli("demo", "--nodes", "4", "--lookups", "100", "--seconds", "3", "--json",
+                   "--out", str(tmp_path), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["lookups"] == 100 and out["failed"] == 0
+    assert set(out["pubsub"]) == {"direct", "relay"}
+    for mode, topics in out["pubsub"].items():
+        assert set(topics) == {"alpha", "beta"}
+        for topic, r in topics.items():
+            assert r["sent"] > 0 and r["delivered"] + r["lost"] == r["expected"]
+            assert r["delivered"] >= 0.9 * r["expected"], (mode, topic, r)
+            assert r["duplicates"] == 0
+    run_dir = tmp_path / out["run_dir"].rsplit("/", 1)[-1]
+    rows = [json.loads(line) for f in sorted((run_dir / "deliveries").glob("*.jsonl"))
+            for line in f.read_text().splitlines()]
+    assert {r["mode"] for r in rows} == {"direct", "relay"}
+    for r in rows:
+        assert normalize("deliveries", r) == r
+    assert len(rows) == sum(t["delivered"] + t["duplicates"] for m in out["pubsub"].values() for t in m.values())

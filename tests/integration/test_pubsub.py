@@ -127,7 +127,7 @@ def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, t
         rows = lines(tmp_path / f"{name}.jsonl")
         got = [(r["publisher"], r["seq"]) for r in rows]
         mine = set().union(*(sent[p] for p, t in topics.items() if t == topic))
-        assert all(r["topic"] == topic for r in rows)
+        assert all(r["topic"] == topic and r["mode"] == mode for r in rows)
         assert len(got) == len(set(got)), f"{name} got duplicates"
         assert set(got) <= mine, f"{name} got messages of another topic"
         if reliable:

@@ -1,0 +1,228 @@
+"""One publisher to one subscriber, 100-byte messages: chordpub against raw pyzmq, in one run.
+
+    python benchmarks/dissemination.py [--messages 50000] [--paced 2000] [--repeat 3]
+
+Variants, each a publisher process and a subscriber process on loopback:
+  raw       bare pyzmq PUB -> SUB, [topic, 100-byte payload], nothing else (the baseline);
+  direct    chordpub Publisher -> Subscriber found through a 4-node ring, SUB connected to PUB;
+  reliable  the same with --reliable (sequence check, in-order buffer, tail repair) and history;
+  relay     chordpub through the topic owner's XSUB/XPUB relay (one more process on the path).
+Each run has two phases on one stream:
+  paced       --paced messages at 2000/s: latency p50/p99 (sent_ns to delivery, wall clock);
+  throughput  --messages sent as fast as the publisher can: messages per second at the subscriber,
+              from the first to the last delivery of the phase.
+Variants are interleaved and repeated (--repeat); medians are reported, each as a ratio of raw.
+Goal: direct >= 0.5 x raw throughput and direct p50 <= 2 x raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chordpub.launcher import LocalRing, stop_processes, wait_for  # noqa: E402
+
+VARIANTS = ("raw", "direct", "reliable", "relay")
+TOPIC = "bench"
+SIZE = 100
+WARM, PACED, FLOOD = b"w", b"p", b"f"
+HEAD = struct.Struct("!cQq")  # phase, index, sent_ns (raw only: chordpub carries sent_ns itself)
+PACE_PER_S = 2000.0
+IDLE_S = 3.0  # a subscriber that hears nothing this long after the flood began reports what it has
+
+
+def payload(phase: bytes, index: int) -> bytes:
+    head = HEAD.pack(phase, index, time.time_ns())
+    return head + b"\x00" * (SIZE - len(head))
+
+
+def paced(count: int, send) -> None:
+    t0 = time.perf_counter()
+    for i in range(count):
+        send(PACED, i)
+        delay = t0 + (i + 1) / PACE_PER_S - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+
+
+# -- child processes ------------------------------------------------------------------------------
+def run_publisher(args: argparse.Namespace) -> None:
+    ready, done = Path(args.ready), Path(args.done)
+    if args.variant == "raw":
+        sock = zmq.Context.instance().socket(zmq.PUB)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        sock.setsockopt(zmq.LINGER, 2000)
+        Path(args.port_file).write_text(str(sock.bind_to_random_port("tcp://127.0.0.1")))
+        topic = TOPIC.encode()
+
+        def send(phase: bytes, i: int) -> None:
+            sock.send_multipart([topic, payload(phase, i)])
+        close = sock.close
+    else:
+        from pubsub.publisher import Publisher
+
+        mode = "relay" if args.variant == "relay" else "direct"
+        history = args.messages + args.paced + 100_000 if args.variant == "reliable" else 0
+        pub = Publisher(args.via, TOPIC, history=history, mode=mode, heartbeat=1.0).start()
+
+        def send(phase: bytes, i: int) -> None:
+            pub.publish(payload(phase, i))
+
+        def close() -> None:
+            pub.close()
+    i = 0
+    while not ready.exists():  # until the subscriber has heard us: no slow-joiner loss in the figures
+        send(WARM, i)
+        i += 1
+        time.sleep(0.01)
+    paced(args.paced, send)
+    for i in range(args.messages):
+        send(FLOOD, i)
+    wait_for(done.exists, timeout=120, what="the subscriber's report")  # reliable: keep serving repairs
+    close()
+
+
+def run_subscriber(args: argparse.Namespace) -> None:
+    ready, out = Path(args.ready), Path(args.out)
+    lat: list[float] = []
+    flood: list[int] = []  # recv_ns of each flood message
+    last_heard = [time.monotonic()]
+
+    def on_message(phase: bytes, recv_ns: int, sent_ns: int) -> None:
+        last_heard[0] = time.monotonic()
+        if phase == WARM:
+            if not ready.exists():
+                ready.write_text("1")
+        elif phase == PACED:
+            lat.append((recv_ns - sent_ns) / 1e6)
+        elif phase == FLOOD:
+            flood.append(recv_ns)
+
+    def finished() -> bool:
+        return len(flood) >= args.messages or (bool(flood) and time.monotonic() - last_heard[0] > IDLE_S)
+
+    if args.variant == "raw":
+        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+        wait_for(lambda: Path(args.port_file).exists() and Path(args.port_file).read_text(), timeout=30,
+                 what="raw publisher's port")
+        sock.connect(f"tcp://127.0.0.1:{Path(args.port_file).read_text()}")
+        while not finished():
+            if sock.poll(100):
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    recv_ns = time.time_ns()
+                    phase, _, sent_ns = HEAD.unpack_from(frames[1])
+                    on_message(phase, recv_ns, sent_ns)
+        sock.close()
+    else:
+        from pubsub.subscriber import Delivery, Subscriber
+
+        def on_delivery(d: Delivery) -> None:
+            on_message(d.env.payload[:1], d.recv_ns, d.env.sent_ns)
+
+        mode = "relay" if args.variant == "relay" else "direct"
+        sub = Subscriber(args.via, TOPIC, reliable=args.variant == "reliable", mode=mode,
+                         on_delivery=on_delivery, heartbeat=1.0)
+        try:
+            sub.run(stop=finished)
+        finally:
+            sub.close()
+    seconds = (flood[-1] - flood[0]) / 1e9 if len(flood) > 1 else float("nan")
+    out.write_text(json.dumps({
+        "variant": args.variant, "flood_received": len(flood), "paced_received": len(lat),
+        "throughput": (len(flood) - 1) / seconds if seconds > 0 else 0.0,
+        "p50_ms": float(np.percentile(lat, 50)) if lat else float("nan"),
+        "p99_ms": float(np.percentile(lat, 99)) if lat else float("nan"),
+    }))
+
+
+# -- the driver --------------------------------------------------------------------------------------
+def measure(variant: str, via: str, tmp: Path, args: argparse.Namespace, n: int) -> dict:
+    files = {k: tmp / f"{variant}-{n}.{k}" for k in ("ready", "done", "port", "out")}
+    common = ["--variant", variant, "--via", via, "--ready", str(files["ready"]), "--done", str(files["done"]),
+              "--port-file", str(files["port"]), "--out", str(files["out"]),
+              "--messages", str(args.messages), "--paced", str(args.paced)]
+    me = [sys.executable, str(Path(__file__).resolve())]
+    procs = [subprocess.Popen([*me, "--child", "sub", *common], stdin=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([*me, "--child", "pub", *common], stdin=subprocess.DEVNULL))
+        wait_for(lambda: files["out"].exists() or procs[0].poll() is not None, timeout=300,
+                 what=f"{variant} subscriber")
+        if not files["out"].exists():
+            raise SystemExit(f"the {variant} subscriber failed (exit {procs[0].returncode})")
+        files["done"].write_text("1")
+        wait_for(lambda: procs[1].poll() is not None, timeout=30, what=f"{variant} publisher exit")
+        return json.loads(files["out"].read_text())
+    finally:
+        stop_processes(procs, grace=3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=50_000, help="flood phase size")
+    ap.add_argument("--paced", type=int, default=2000, help="paced (latency) phase size, at 2000/s")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", choices=("pub", "sub"), help=argparse.SUPPRESS)
+    for hidden in ("--variant", "--via", "--ready", "--done", "--port-file", "--out"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        (run_publisher if args.child == "pub" else run_subscriber)(args)
+        return
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory() as tmp, LocalRing(Path(tmp), options={"stabilize": 0.5}) as ring:
+        ring.start(args.nodes, timeout=120)
+        ring.wait_consistent(timeout=120)
+        for n in range(args.repeat):
+            for variant in VARIANTS:
+                via = ring.nodes[n % len(ring.nodes)].endpoint
+                r = measure(variant, via, Path(tmp), args, n)
+                runs[variant].append(r)
+                if not args.json:
+                    print(f"run {n + 1} {variant:9s} {r['throughput']:9.0f} msg/s  p50 {r['p50_ms']:.3f} ms  "
+                          f"p99 {r['p99_ms']:.3f} ms  received {r['flood_received']}/{args.messages} + "
+                          f"{r['paced_received']}/{args.paced}", flush=True)
+    med = {v: {k: float(np.median([r[k] for r in rs])) for k in ("throughput", "p50_ms", "p99_ms")}
+           for v, rs in runs.items()}
+    raw = med["raw"]
+    for v in VARIANTS:
+        med[v]["throughput_ratio"] = med[v]["throughput"] / raw["throughput"]
+        med[v]["p50_ratio"] = med[v]["p50_ms"] / raw["p50_ms"]
+        med[v]["p99_ratio"] = med[v]["p99_ms"] / raw["p99_ms"]
+    if args.json:
+        print(json.dumps({"runs": runs, "median": med, "goal": {"throughput_ratio": 0.5, "p50_ratio": 2.0}}))
+        return
+    print(f"\nmedians of {args.repeat} runs, {SIZE}-byte messages, each as a ratio of raw pyzmq:")
+    print(f"{'variant':9s} {'msg/s':>9s} {'x raw':>6s} {'p50 ms':>8s} {'x raw':>6s} {'p99 ms':>8s} {'x raw':>6s}")
+    for v in VARIANTS:
+        m = med[v]
+        print(f"{v:9s} {m['throughput']:9.0f} {m['throughput_ratio']:6.2f} {m['p50_ms']:8.3f} "
+              f"{m['p50_ratio']:6.2f} {m['p99_ms']:8.3f} {m['p99_ratio']:6.2f}")
+    d = med["direct"]
+    print(f"goal: direct >= 0.5 x raw throughput ({d['throughput_ratio']:.2f}: "
+          f"{'met' if d['throughput_ratio'] >= 0.5 else 'NOT met'}), p50 <= 2 x raw "
+          f"({d['p50_ratio']:.2f}: {'met' if d['p50_ratio'] <= 2 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
