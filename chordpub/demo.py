@@ -4,7 +4,8 @@ A ring of 8 node processes; 1000 lookups of random topic names, each from a rand
 table of hops (beside ½·log2 N, the paper's expectation, SIGCOMM'01 §6.3) and latency; then 3
 publishers and 3 subscribers on overlapping topics, direct and then relay mode
 (`chordpub.demo_pubsub`), with delivered / lost / duplicates and latency per topic. Every trace
-goes to one run directory; everything the demo starts is stopped at the end.
+goes to one run directory, which Spark then summarises (traces/spark.py, as `chordpub analyze`
+would); everything the demo starts is stopped at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from chordpub.demo_pubsub import pubsub_table, run_pubsub
 from chordpub.launcher import LocalRing
 from dht.client import DhtClient
+from traces.report import render
 from traces.writer import JsonlWriter, make_run_dir
 
 
@@ -50,6 +52,16 @@ def table(summary: dict) -> str:
     ]
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+
+def spark_summary(run_dir: Path) -> dict:
+    from traces.spark import analyze, session
+
+    spark = session()
+    try:
+        return analyze(spark, [run_dir])
+    finally:
+        spark.stop()
 
 
 def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Path = Path("runs"),
@@ -91,6 +103,8 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
         pubsub = run_pubsub(endpoints, seconds, run, run_dir, Path(tmp), say=say) if seconds > 0 else {}
     summary["pubsub"] = pubsub
     summary["run_dir"] = str(run_dir)
+    say("\nthe Spark summary of this run's traces (chordpub analyze) ...")
+    summary["analysis"] = spark_summary(run_dir)
     if as_json:
         print(json.dumps(summary))
     else:
@@ -99,5 +113,6 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
             print(pubsub_table(pubsub))
             print("  (best effort: what a publisher sends before a subscriber has connected to it is lost;\n"
                   "   `--history K` or `--reliable` on `chordpub sub` recovers it)")
-        print(f"\ntraces: {run_dir}")
+        print(render(summary["analysis"]))
+        print(f"\ntraces: {run_dir}   (again: chordpub analyze {run_dir})")
     return summary

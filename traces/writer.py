@@ -1,8 +1,10 @@
-"""Trace writers: JSON Lines for live processes, and the run-directory layout with its manifest.
+"""Trace writers: JSON Lines for live processes, Parquet for the simulator, and the run directory.
 
 A live process may die at any moment, so its writer is line-buffered and appends whole lines:
 at worst the last line is torn, and readers skip and count it. Every row goes through
-`schema.normalize` first, so nothing off-schema reaches a file.
+`schema.normalize` first, so nothing off-schema reaches a file. The simulator produces columns
+(numpy arrays) by the million, so its writer takes columns and lets pyarrow check them against
+the same schema.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from traces.schema import TABLES, normalize
+from traces.schema import TABLES, SchemaError, normalize
 
 
 class JsonlWriter:
@@ -39,6 +41,70 @@ class JsonlWriter:
         self._file.close()
 
     def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ParquetWriter:
+    """Writes one table's rows to a Parquet file in row groups, from columns or from rows."""
+
+    def __init__(self, path: str | os.PathLike, table: str) -> None:
+        import pyarrow.parquet as pq
+
+        from traces.schema import arrow_schema
+
+        if table not in TABLES:
+            raise ValueError(f"unknown trace table {table!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.table = table
+        self.schema = arrow_schema(table)
+        self._writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
+        self.rows = 0
+
+    def write_columns(self, columns: dict) -> None:
+        """One row group from equal-length columns (lists or numpy arrays), one per schema field.
+
+        Ids may be given as integers (numpy uint64 included): they are stored as decimal strings.
+        A missing, extra or ill-typed column raises before anything is written.
+        """
+        import pyarrow as pa
+
+        names = [f.name for f in self.schema]
+        if set(columns) != set(names):
+            raise SchemaError(f"{self.table} columns: missing {sorted(set(names) - set(columns))}, "
+                              f"unknown {sorted(set(columns) - set(names))}")
+        arrays = []
+        for field in self.schema:
+            values = columns[field.name]
+            if pa.types.is_string(field.type) and getattr(values, "dtype", None) is not None \
+                    and values.dtype.kind in "iu":
+                values = pa.array(values).cast(pa.string())  # integer ids, converted in C
+            elif pa.types.is_string(field.type):
+                values = [v if v is None or isinstance(v, str) else str(v) for v in values]
+            try:
+                arrays.append(values if isinstance(values, pa.Array)
+                              else pa.array(values, type=field.type, from_pandas=True))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+                raise SchemaError(f"{self.table}.{field.name}: {exc}") from None
+        batch = pa.Table.from_arrays(arrays, schema=self.schema)
+        for field, column in zip(self.schema, batch.columns, strict=True):
+            if not field.nullable and column.null_count:
+                raise SchemaError(f"{self.table}.{field.name} may not be null")
+        self._writer.write_table(batch)
+        self.rows += batch.num_rows
+
+    def write_rows(self, rows: list[dict]) -> None:
+        """Rows checked by `schema.normalize`, written as one row group."""
+        checked = [normalize(self.table, r) for r in rows]
+        self.write_columns({f.name: [r[f.name] for r in checked] for f in self.schema})
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> ParquetWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

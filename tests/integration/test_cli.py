@@ -170,3 +170,10 @@ def test_demo_measures_lookups_and_both_dissemination_modes(tmp_path):
     for r in rows:
         assert normalize("deliveries", r) == r
     assert len(rows) == sum(t["delivered"] + t["duplicates"] for m in out["pubsub"].values() for t in m.values())
+    # the demo ends with the Spark summary of the run it just made, and it agrees with the demo's own
+    (lk,) = out["analysis"]["lookups"]
+    assert lk["count"] == 100 and lk["nodes"] == 4 and lk["mean_hops"] == pytest.approx(out["mean_hops"], abs=1e-3)
+    spark_counts = {(d["mode"], d["topic"]): d["count"] for d in out["analysis"]["deliveries"]}
+    assert spark_counts == {(m, t): r["delivered"] + r["duplicates"] for m, ts in out["pubsub"].items()
+                            for t, r in ts.items()}
+    assert out["analysis"]["bad_rows"]["deliveries"]["count"] == 0

@@ -1,0 +1,222 @@
+"""Spark over the traces: the session, the reader that never lets a bad row through, the aggregations.
+
+Spark is what users already run when one machine is not enough, so the same job runs in local
+mode (`local[*]`) by default and on any cluster with `--master URL`, `SPARK_MASTER`, or through
+spark-submit (see traces/report.py). Aggregations use the DataFrame API only, no Python UDFs, so
+everything runs in the JVM.
+
+Reading. A run directory holds `lookups/` and `deliveries/` of JSON Lines (live processes) and/or
+Parquet (the simulator). JSON is read in PERMISSIVE mode against the schema of traces/schema.py:
+a torn last line, a wrong type or an off-contract value (unknown source or mode, a null where the
+schema forbids it, an id that is not a decimal) makes the row *bad*: it is counted and reported
+with its file, and left out of every aggregate, never turned into a wrong number.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traces.schema import MODES, SOURCES, TABLES, spark_schema
+
+CORRUPT = "_corrupt_record"
+ACCURACY = 10_000  # percentile_approx: relative rank error at most 1/ACCURACY
+GROUPS = {"lookups": ("run", "source", "nodes"), "deliveries": ("run", "source", "mode", "topic")}
+
+
+class AnalyzeError(ValueError):
+    """Input the analysis cannot start from (a missing directory, no traces at all)."""
+
+
+def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: bool = False):
+    """A SparkSession: `master`, else SPARK_MASTER, else what spark-submit set, else local[*]."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", str(ui).lower())
+    master = master or os.environ.get("SPARK_MASTER")
+    if master:
+        builder = builder.master(master)
+    elif not SparkConf().contains("spark.master"):  # spark-submit passes its --master this way
+        master = "local[*]"
+        builder = builder.master(master)
+    if master and master.startswith("local"):
+        # local mode talks to itself only: keep the driver on loopback, not on the host's interface
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    log4j = Path(__file__).with_name("log4j2.properties")
+    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log4j.as_uri()}")
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@dataclass
+class TraceFiles:
+    jsonl: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    parquet: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
+
+    def bytes(self) -> int:
+        return sum(os.path.getsize(f) for group in (self.jsonl, self.parquet) for fs in group.values() for f in fs)
+
+    def count(self) -> int:
+        return sum(len(fs) for group in (self.jsonl, self.parquet) for fs in group.values())
+
+
+def find_traces(dirs: list[str | os.PathLike]) -> TraceFiles:
+    """Every `lookups/` and `deliveries/` file under the given run directories (or their parents)."""
+    found = TraceFiles()
+    for d in dirs:
+        root = Path(d)
+        if not root.is_dir():
+            raise AnalyzeError(f"{d}: no such directory")
+        for table in TABLES:
+            for path in sorted(root.rglob(f"{table}/*")):
+                if path.suffix == ".jsonl" and path.stat().st_size:
+                    found.jsonl[table].append(str(path))
+                elif path.suffix == ".parquet":
+                    found.parquet[table].append(str(path))
+    if not found.count():
+        raise AnalyzeError(f"no traces (lookups/*.jsonl|parquet, deliveries/*.jsonl|parquet) under "
+                           f"{', '.join(map(str, dirs))}")
+    return found
+
+
+def _problem(table: str, parquet: bool):
+    """A column naming what is wrong with a row, null when nothing is."""
+    from pyspark.sql import functions as F
+
+    checks = [] if parquet else [(F.col(CORRUPT).isNotNull(), "not a row of the schema (torn or ill-typed)")]
+    for f in TABLES[table]:
+        if not f.nullable:
+            checks.append((F.col(f.name).isNull(), f"{f.name} is missing"))
+        if f.kind == "id" and not parquet:
+            checks.append((~F.col(f.name).rlike("^[0-9]+$"), f"{f.name} is not a decimal id"))
+    checks.append((~F.col("source").isin(*SOURCES), "unknown source"))
+    if table == "deliveries":
+        checks.append((~F.col("mode").isin(*MODES), "unknown mode"))
+    expr = F.lit(None).cast("string")
+    for cond, why in reversed(checks):
+        expr = F.when(cond, F.lit(why)).otherwise(expr)
+    return expr
+
+
+def load(spark, files: TraceFiles, table: str):
+    """(good rows, bad rows with file and reason) of one table; None, None when it has no files."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = [f.name for f in TABLES[table]]
+    frames = []
+    if files.jsonl[table]:
+        schema = spark_schema(table).add(T.StructField(CORRUPT, T.StringType(), True))
+        df = (spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+              .json(files.jsonl[table]))
+        frames.append(df.withColumn("_problem", _problem(table, parquet=False)).drop(CORRUPT)
+                      .withColumn("_file", F.input_file_name()))
+    if files.parquet[table]:
+        df = spark.read.schema(spark_schema(table)).parquet(*files.parquet[table])
+        frames.append(df.withColumn("_problem", _problem(table, parquet=True)).withColumn("_file", F.input_file_name()))
+    if not frames:
+        return None, None
+    rows = frames[0]
+    for other in frames[1:]:
+        rows = rows.unionByName(other)
+    if files.jsonl[table]:
+        rows = rows.cache()  # Spark will not query a JSON source's corrupt-record column uncached
+    good = rows.filter(F.col("_problem").isNull()).select(*names)
+    bad = rows.filter(F.col("_problem").isNotNull()).select("_file", "_problem")
+    return good, bad
+
+
+def size_shuffle(spark, input_bytes: int) -> None:
+    """About one shuffle partition per 64 MiB of input, at least the default parallelism's worth."""
+    cores = spark.sparkContext.defaultParallelism
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, math.ceil(input_bytes / (64 << 20)))))
+
+
+def _pct(column: str, *qs: float):
+    from pyspark.sql import functions as F
+
+    return F.percentile_approx(column, [float(q) for q in qs], ACCURACY)
+
+
+def aggregate_lookups(good) -> list[dict]:
+    """By (run, source, nodes): count, failed, hop and latency statistics (over successful lookups),
+    mean timeouts (over all), the hop histogram, and ½·log2 N beside the mean (SIGCOMM'01 §6.3)."""
+    from pyspark.sql import functions as F
+
+    ok = F.col("ok")
+    keys = list(GROUPS["lookups"])
+    stats = good.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("count"),
+        F.sum(F.when(ok, 0).otherwise(1)).alias("failed"),
+        F.avg(F.when(ok, F.col("hops"))).alias("mean_hops"),
+        _pct(F.when(ok, F.col("hops")), 0.01, 0.5, 0.99).alias("hops_pct"),
+        F.max(F.when(ok, F.col("hops"))).alias("max_hops"),
+        F.avg("timeouts").alias("mean_timeouts"),
+        _pct(F.when(ok, F.col("latency_ms")), 0.5, 0.99).alias("latency_pct"),
+    ).collect()
+    histogram: dict[tuple, dict[int, int]] = {}
+    for r in good.filter(ok).groupBy(*keys, "hops").count().collect():
+        histogram.setdefault(tuple(r[k] for k in keys), {})[int(r["hops"])] = int(r["count"])
+    out = []
+    for r in stats:
+        key = tuple(r[k] for k in keys)
+        hp, lp = r["hops_pct"] or [None] * 3, r["latency_pct"] or [None] * 2
+        out.append({
+            "run": r["run"], "source": r["source"], "nodes": r["nodes"], "count": int(r["count"]),
+            "failed": int(r["failed"]), "mean_hops": r["mean_hops"],
+            "p1_hops": hp[0], "p50_hops": hp[1], "p99_hops": hp[2], "max_hops": r["max_hops"],
+            "half_log2_n": 0.5 * math.log2(r["nodes"]) if r["nodes"] else None,
+            "mean_timeouts": r["mean_timeouts"], "latency_p50_ms": lp[0], "latency_p99_ms": lp[1],
+            "hop_histogram": {str(h): c for h, c in sorted(histogram.get(key, {}).items())},
+        })
+    return sorted(out, key=lambda o: (o["run"], o["source"], o["nodes"] or 0))
+
+
+def aggregate_deliveries(good) -> list[dict]:
+    """By (run, source, mode, topic): deliveries, duplicates (a (publisher, subscriber, seq) seen
+    again), missing (sequence numbers absent between each pair's first and last), recovered, latency."""
+    from pyspark.sql import functions as F
+
+    keys = list(GROUPS["deliveries"])
+    pairs = good.groupBy(*keys, "publisher", "subscriber").agg(
+        F.count(F.lit(1)).alias("n"), F.countDistinct("seq").alias("distinct"),
+        F.min("seq").alias("lo"), F.max("seq").alias("hi"))
+    per_topic = pairs.groupBy(*keys).agg(
+        F.sum(F.col("n") - F.col("distinct")).alias("duplicates"),
+        F.sum(F.col("hi") - F.col("lo") + 1 - F.col("distinct")).alias("missing"),
+        F.countDistinct("publisher").alias("publishers"), F.countDistinct("subscriber").alias("subscribers"))
+    latency = good.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("count"), F.sum(F.col("recovered").cast("long")).alias("recovered"),
+        _pct("latency_ms", 0.5, 0.99).alias("latency_pct"), F.max("latency_ms").alias("latency_max_ms"))
+    out = []
+    for r in latency.join(per_topic, on=keys).collect():
+        lp = r["latency_pct"] or [None, None]
+        out.append({k: r[k] for k in keys} | {
+            "count": int(r["count"]), "duplicates": int(r["duplicates"]), "missing": int(r["missing"]),
+            "recovered": int(r["recovered"]), "publishers": int(r["publishers"]),
+            "subscribers": int(r["subscribers"]), "latency_p50_ms": lp[0], "latency_p99_ms": lp[1],
+            "latency_max_ms": r["latency_max_ms"]})
+    return sorted(out, key=lambda o: (o["run"], o["source"], o["mode"], o["topic"]))
+
+
+def analyze(spark, dirs: list[str | os.PathLike], examples: int = 5) -> dict:
+    """The whole job: {"lookups": [...], "deliveries": [...], "bad_rows": {...}, "files": {...}}."""
+    files = find_traces(dirs)
+    size_shuffle(spark, files.bytes())
+    result: dict = {"lookups": [], "deliveries": [], "bad_rows": {}, "files": {}}
+    for table, aggregate in (("lookups", aggregate_lookups), ("deliveries", aggregate_deliveries)):
+        result["files"][table] = len(files.jsonl[table]) + len(files.parquet[table])
+        good, bad = load(spark, files, table)
+        if good is None:
+            result["bad_rows"][table] = {"count": 0, "examples": []}
+            continue
+        result[table] = aggregate(good)
+        shown = [{"file": r["_file"], "problem": r["_problem"]} for r in bad.limit(examples).collect()]
+        result["bad_rows"][table] = {"count": bad.count() if shown else 0, "examples": shown}
+    return result
