@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from chordpub.demo_pubsub import pubsub_table, run_pubsub
-from chordpub.launcher import LocalRing
+from chordpub.launcher import LocalRing, NodeProcess
 from dht.client import DhtClient
 from traces.report import render
 from traces.writer import JsonlWriter, make_run_dir
@@ -54,6 +54,35 @@ def table(summary: dict) -> str:
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
 
 
+def trace_lookups(nodes: list[NodeProcess], lookups: int, path: Path, run: str, rng: random.Random,
+                  timeout: float = 1.0, retries: int = 1) -> tuple[list[int], list[float], int]:
+    """`lookups` lookups of random names, each from a random one of `nodes`, traced to `path`.
+
+    Returns (hops, ms) of the successful ones and the number that failed. `timeout`/`retries` are
+    the client's per request (lower them to measure a ring with dead nodes quickly).
+    """
+    ids = {n.endpoint: n.id for n in nodes}
+    endpoints = list(ids)
+    hops: list[int] = []
+    ms: list[float] = []
+    failed = 0
+    with DhtClient(endpoints[0], timeout=timeout, retries=retries) as client, \
+            JsonlWriter(path, "lookups") as trace:
+        for i in range(lookups):
+            origin = rng.choice(endpoints)
+            found = client.lookup(f"topic-{rng.getrandbits(48):012x}-{i}", start=origin)
+            trace.write({"run": run, "source": "live", "nodes": len(ids), "key_id": found.key_id,
+                         "origin": ids[origin], "owner": found.owner.id if found.owner else None,
+                         "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
+                         "ok": found.ok, "ts": time.time()})
+            if found.ok:
+                hops.append(found.hops)
+                ms.append(found.ms)
+            else:
+                failed += 1
+    return hops, ms, failed
+
+
 def spark_summary(run_dir: Path) -> dict:
     from traces.spark import analyze, session
 
@@ -76,26 +105,9 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
         ring.start(nodes)
         report, took = ring.wait_consistent(timeout=60)
         say(f"ring consistent after {took:.1f}s ({report['nodes']} nodes)")
-        ids = {n.endpoint: n.id for n in ring.nodes}
-        endpoints = list(ids)
-        hops: list[int] = []
-        ms: list[float] = []
-        failed = 0
+        endpoints = [n.endpoint for n in ring.nodes]
         say(f"{lookups} lookups of random topic names from random nodes ...")
-        with DhtClient(endpoints[0]) as client, \
-                JsonlWriter(run_dir / "lookups" / "demo.jsonl", "lookups") as trace:
-            for i in range(lookups):
-                origin = rng.choice(endpoints)
-                found = client.lookup(f"topic-{rng.getrandbits(48):012x}-{i}", start=origin)
-                trace.write({"run": run, "source": "live", "nodes": nodes, "key_id": found.key_id,
-                             "origin": ids[origin], "owner": found.owner.id if found.owner else None,
-                             "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
-                             "ok": found.ok, "ts": time.time()})
-                if found.ok:
-                    hops.append(found.hops)
-                    ms.append(found.ms)
-                else:
-                    failed += 1
+        hops, ms, failed = trace_lookups(ring.nodes, lookups, run_dir / "lookups" / "demo.jsonl", run, rng)
         summary = summarize(nodes, hops, ms, failed)
         if not as_json:
             print("\nlookups on the live ring")

@@ -132,6 +132,12 @@ def load(spark, files: TraceFiles, table: str):
     return good, bad
 
 
+def good_rows(spark, dirs: list[str | os.PathLike], table: str):
+    """The rows of one table that fit the schema, as a DataFrame (for notebooks); None if there are none."""
+    good, _ = load(spark, find_traces(dirs), table)
+    return good
+
+
 def size_shuffle(spark, input_bytes: int) -> None:
     """About one shuffle partition per 64 MiB of input, at least the default parallelism's worth."""
     cores = spark.sparkContext.defaultParallelism
