@@ -21,8 +21,8 @@ from typing import IO
 from traces.schema import TABLES, SchemaError, normalize
 
 
-class JsonlWriter:
-    """Appends rows of one table to a .jsonl file, one line per row, flushed per line."""
+class _TraceFile:
+    """What both writers share: one table, one file (its folder made), a row count, `with` support."""
 
     def __init__(self, path: str | os.PathLike, table: str) -> None:
         if table not in TABLES:
@@ -30,8 +30,24 @@ class JsonlWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.table = table
-        self._file: IO[str] = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self.rows = 0
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):  # noqa: ANN204 - the subclass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class JsonlWriter(_TraceFile):
+    """Appends rows of one table to a .jsonl file, one line per row, flushed per line."""
+
+    def __init__(self, path: str | os.PathLike, table: str) -> None:
+        super().__init__(path, table)
+        self._file: IO[str] = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def write(self, row: dict) -> None:
         self._file.write(json.dumps(normalize(self.table, row), separators=(",", ":")) + "\n")
@@ -40,14 +56,8 @@ class JsonlWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> JsonlWriter:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class ParquetWriter:
+class ParquetWriter(_TraceFile):
     """Writes one table's rows to a Parquet file in row groups, from columns or from rows."""
 
     def __init__(self, path: str | os.PathLike, table: str) -> None:
@@ -55,14 +65,9 @@ class ParquetWriter:
 
         from traces.schema import arrow_schema
 
-        if table not in TABLES:
-            raise ValueError(f"unknown trace table {table!r}")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.table = table
+        super().__init__(path, table)
         self.schema = arrow_schema(table)
         self._writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
-        self.rows = 0
 
     def write_columns(self, columns: dict) -> None:
         """One row group from equal-length columns (lists or numpy arrays), one per schema field.
@@ -103,12 +108,6 @@ class ParquetWriter:
 
     def close(self) -> None:
         self._writer.close()
-
-    def __enter__(self) -> ParquetWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def make_run_dir(root: str | os.PathLike, run: str, config: dict) -> Path:
