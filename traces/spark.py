@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python tasks (sim paper) need our packages
     builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", str(ui).lower())
     master = master or os.environ.get("SPARK_MASTER")
     if master:

@@ -84,15 +84,17 @@ class ParquetWriter(_TraceFile):
         arrays = []
         for field in self.schema:
             values = columns[field.name]
-            if pa.types.is_string(field.type) and getattr(values, "dtype", None) is not None \
+            if isinstance(values, pa.Array | pa.ChunkedArray):
+                pass  # already Arrow: taken as it is, nulls included
+            elif pa.types.is_string(field.type) and getattr(values, "dtype", None) is not None \
                     and values.dtype.kind in "iu":
                 values = pa.array(values).cast(pa.string())  # integer ids, converted in C
             elif pa.types.is_string(field.type):
                 values = [v if v is None or isinstance(v, str) else str(v) for v in values]
             try:
-                arrays.append(values if isinstance(values, pa.Array)
+                arrays.append(values.cast(field.type) if isinstance(values, pa.Array | pa.ChunkedArray)
                               else pa.array(values, type=field.type, from_pandas=True))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
                 raise SchemaError(f"{self.table}.{field.name}: {exc}") from None
         batch = pa.Table.from_arrays(arrays, schema=self.schema)
         for field, column in zip(self.schema, batch.columns, strict=True):

@@ -54,6 +54,42 @@ def test_owner_and_hops_equal_the_routing_rule(n):
         assert (int(ring.ids[owner]), int(hops)) == (want_owner, want_hops)
 
 
+def live_rule_lookup_with_failures(tables: dict[int, RoutingTable], dead: set[int], origin: int,
+                                   k: int) -> tuple[int | None, int, int]:
+    """The live client's loop when nodes have died since the tables converged: a dead next hop (or
+    owner) times out, joins the lookup's avoid set, and the same node is asked again."""
+    cur, hops, timeouts, avoid = origin, 0, 0, set()
+    while True:
+        step = tables[cur].next_hop(k, avoid)
+        if step is None or step.peer.id == cur:
+            return None, hops, timeouts
+        if step.peer.id in dead:
+            timeouts += 1
+            avoid.add(step.peer.endpoint)
+            continue
+        if step.done:
+            return step.peer.id, hops, timeouts
+        cur, hops = step.peer.id, hops + 1
+
+
+@pytest.mark.parametrize(("n", "r", "fail"), [(64, 8, 0.3), (512, 4, 0.5), (512, 2, 0.7), (4096, 8, 0.2)])
+def test_with_dead_nodes_owner_hops_and_timeouts_equal_the_routing_rule(n, r, fail):
+    bits = 64
+    ids = [key_id(f"10.1.{i // 256}.{i % 256}:5555", bits) for i in range(n)]
+    ring = ring_from_ids(ids, bits, successors=r)
+    tables = routing_tables(ids, bits, r)
+    rng = np.random.default_rng(n + r)
+    alive = rng.random(ring.size) >= fail
+    dead = {int(ring.ids[i]) for i in np.flatnonzero(~alive)}
+    batch = lookups(ring, 1000, seed=n, alive=alive)
+    assert batch.timeouts.sum() > 0
+    for i in range(len(batch)):
+        owner = int(ring.ids[batch.owners[i]]) if batch.ok[i] else None
+        got = (owner, int(batch.hops[i]), int(batch.timeouts[i]))
+        assert got == live_rule_lookup_with_failures(tables, dead, int(ring.ids[batch.origins[i]]),
+                                                     int(batch.keys[i]))
+
+
 def test_small_id_spaces_and_keys_equal_to_node_ids():
     bits = 10
     ring = random_ring(50, bits=bits, seed=3, successors=3)
