@@ -4,7 +4,7 @@ The paper (SIGCOMM'01 §6) counts hops; latency needs a network under the ring. 
 symmetric and fixed for a run, so the same two nodes are always the same distance apart:
 - "constant,ms=X": every hop costs X ms;
 - "lognormal,median=M,sigma=S" (the default, median 50 ms, sigma 0.5): a per-pair delay drawn once
-  from a lognormal, by hashing the pair, so it needs no N x N table;
+  from a lognormal, by hashing the pair onto 2^16 equiprobable quantiles, so it needs no N x N table;
 - any topologies/graphs.py spec (waxman, transit_stub, tree, ...): each real node is attached to a
   uniformly chosen host of the graph and a hop costs the shortest-path delay between the two hosts,
   precomputed with Dijkstra for up to MAX_HOSTS hosts.
@@ -22,7 +22,9 @@ from topologies.graphs import TopologyError, build, hosts
 
 DEFAULT_SPEC = "lognormal,median=50,sigma=0.5"
 MODEL_KEYS = {"constant": ("ms",), "lognormal": ("median", "sigma")}
-MAX_HOSTS = 8000  # an 8000 x 8000 float32 delay table is 256 MB
+MAX_HOSTS = 8000
+QUANTILE_BITS = 16
+QUANTILES = 1 << QUANTILE_BITS  # an 8000 x 8000 float32 delay table is 256 MB
 
 
 class LatencyError(ValueError):
@@ -39,16 +41,25 @@ class ConstantLatency:
 
 @dataclass
 class LognormalLatency:
+    """Per-pair lognormal delays: the pair's hash picks one of 2^16 equiprobable quantiles."""
+
     median_ms: float = 50.0
     sigma: float = 0.5
     seed: int = 0
+    quantiles: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from scipy.special import ndtri
+
+        z = ndtri((np.arange(QUANTILES) + 0.5) / QUANTILES)
+        self.quantiles = self.median_ms * np.exp(self.sigma * z)
 
     def delay(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         lo, hi = np.minimum(a, b).astype(np.uint64), np.maximum(a, b).astype(np.uint64)
-        u1 = _unit(_mix(lo * np.uint64(0x9E3779B97F4A7C15) ^ hi ^ np.uint64(self.seed)))
-        u2 = _unit(_mix(hi * np.uint64(0xC2B2AE3D27D4EB4F) ^ lo ^ np.uint64(self.seed + 1)))
-        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller
-        return np.where(a == b, 0.0, self.median_ms * np.exp(self.sigma * z))
+        h = _mix(lo * np.uint64(0x9E3779B97F4A7C15) ^ hi ^ np.uint64(self.seed))
+        out = self.quantiles[h >> np.uint64(64 - QUANTILE_BITS)]
+        out[a == b] = 0.0
+        return out
 
 
 @dataclass
@@ -115,6 +126,9 @@ def from_spec(spec: str | None, real_nodes: int, seed: int | None = None) -> Lat
 
 def position_delay(model: LatencyModel, real: np.ndarray):
     """A hop-delay function over ring positions (virtual nodes map to their real node)."""
+    if np.array_equal(real, np.arange(len(real))):
+        return model.delay  # one position per node: no mapping to pay for on every hop
+
     def delay(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return model.delay(real[a], real[b])
     return delay
@@ -138,7 +152,3 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
 
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    """(0, 1] from the top 53 bits."""
-    return ((x >> np.uint64(11)).astype(np.float64) + 1.0) / float(1 << 53)

@@ -77,20 +77,24 @@ class _Dead:
 
 
 def _farthest_candidate(ring: Ring, ft: FingerTable, c: np.ndarray, me: np.ndarray,
-                        q: np.ndarray) -> np.ndarray:
-    """The farthest finger or successor-list entry of c at or before position q (q != c)."""
+                        q: np.ndarray, idq: np.ndarray) -> np.ndarray:
+    """The farthest finger or successor-list entry of c at or before position q (q != c, idq = its id)."""
     n, r = ring.size, ring.r
     steps = (q - c) % n
     best = q.copy()
     far = np.flatnonzero(steps > r)  # q is out of the successor list's reach: compare with a finger
     if far.size:
         cf, mf = c[far], me[far]
-        level = floor_log2(ring.distance(mf, ring.ids[q[far]])).astype(np.int64)
-        finger = np.empty(far.size, dtype=np.int64)
-        stored = level >= ft.base
-        finger[stored] = ft.table[cf[stored], level[stored] - ft.base]
-        low = ~stored
-        if low.any():
+        level = floor_log2(ring.distance(mf, idq[far])).astype(np.int64)
+        cols = ft.table.shape[1]
+        flat = ft.table.reshape(-1)
+        low = level < ft.base
+        if not low.any():
+            finger = flat[cf * cols + (level - ft.base)].astype(np.int64)
+        else:
+            finger = np.empty(far.size, dtype=np.int64)
+            stored = ~low
+            finger[stored] = flat[cf[stored] * cols + (level[stored] - ft.base)]
             start = (mf[low] + np.left_shift(np.uint64(1), level[low].astype(np.uint64))) & ring.mask
             finger[low] = ring.owner_index(start)
         listed = (cf + r) % n
@@ -110,12 +114,15 @@ def _route(ring: Ring, ft: FingerTable, keys: np.ndarray, start: np.ndarray, ali
     if n == 1:
         owners[:] = 0
         return owners, hops, timeouts, latency
-    before = ring.owner_index(keys) - 1  # the last position strictly before each key
+    order = np.argsort(keys)
+    before = np.empty(m, dtype=np.int64)
+    before[order] = ring.owner_index(keys[order]) - 1  # the last position before each key (sorted: cache-friendly)
     before[before < 0] = n - 1
     dead = _Dead(m) if alive is not None else None
     max_hops = 4 * ring.bits + 16
     lane, c, k, p = np.arange(m), start.astype(np.int64), keys, before
-    q = p.copy()
+    q, idp = p.copy(), ids[p]
+    idq = idp.copy()
     while lane.size:
         me = ids[c]
         s = c + 1
@@ -144,7 +151,7 @@ def _route(ring: Ring, ft: FingerTable, keys: np.ndarray, start: np.ndarray, ali
             stuck = q[route] == c[route]  # no candidate left before k (next_hop gives up too)
             fail[route[stuck]] = True
             route = route[~stuck]
-            best = _farthest_candidate(ring, ft, c[route], me[route], q[route])
+            best = _farthest_candidate(ring, ft, c[route], me[route], q[route], idq[route])
             move = np.ones(route.size, dtype=bool)
             if dead is not None:
                 lr = lane[route]
@@ -152,18 +159,22 @@ def _route(ring: Ring, ft: FingerTable, keys: np.ndarray, start: np.ndarray, ali
                 died = ~seen & ~alive[best]
                 dead.add(lr[died], best[died])
                 move = ~(seen | died)
-                q[route[~move]] = (best[~move] - 1) % n  # ask the same node for the next best
+                again = route[~move]
+                q[again] = (best[~move] - 1) % n  # ask the same node for the next best
+                idq[again] = ids[q[again]]
                 timed[route[died]] = True
             mv = route[move]
             if delay is not None:
                 latency[lane[mv]] += delay(c[mv], best[move])
             c[mv] = best[move]
             q[mv] = p[mv]
+            idq[mv] = idp[mv]
             hops[lane[mv]] += 1
         if timed.any():
             timeouts[lane[timed]] += 1
         keep = ~(done | fail)
-        lane, c, k, p, q = lane[keep], c[keep], k[keep], p[keep], q[keep]
+        if not keep.all():
+            lane, c, k, p, q, idp, idq = (a[keep] for a in (lane, c, k, p, q, idp, idq))
     latency += timeouts * timeout_ms
     return owners, hops, timeouts, latency
 

@@ -36,3 +36,13 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run `chordpub ARGS` as a user would; returns the completed process (text)."""
     return subprocess.run([sys.executable, "-m", "chordpub", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """The CLI's contract for bad input: non-zero exit, nothing on stdout, one line on stderr."""
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]

@@ -12,7 +12,7 @@ import zmq
 
 from chordpub.launcher import stop_processes, wait_for
 from dht.ids import key_id, owner_of
-from tests.conftest import run_cli
+from tests.conftest import one_error_line, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +34,6 @@ def dead_endpoint() -> str:
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     sock.close(linger=0)
     return f"127.0.0.1:{port}"
-
-
-def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
-    assert proc.returncode != 0
-    assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_node_info_json(ring):

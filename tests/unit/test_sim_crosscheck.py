@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pytest
 
@@ -18,8 +20,7 @@ def routing_tables(ids: list[int], bits: int, r: int) -> dict[int, RoutingTable]
     peers = [Peer(i, str(i)) for i in ids]
 
     def successor_of(point: int) -> Peer:
-        pos = int(np.searchsorted(np.asarray(ids, dtype=np.uint64), np.uint64(point), side="left"))
-        return peers[pos % n]
+        return peers[bisect.bisect_left(ids, point) % n]
 
     tables = {}
     for pos, me in enumerate(peers):
