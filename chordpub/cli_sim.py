@@ -143,15 +143,17 @@ def load_cmd(nodes: int = typer.Option(..., help="Real nodes."),
     res = load(nodes, keys, virtual, seed=seed, bits=bits, trials=trials)
     s = res.summary()
     if out:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        from traces.writer import ParquetWriter
 
         run_dir = start_run(out, {"command": "sim load", "nodes": nodes, "keys": keys, "virtual": virtual,
                                   "trials": trials, "seed": seed})
         (run_dir / "load").mkdir(exist_ok=True)
-        pq.write_table(pa.table({"run": [out.name] * len(res.counts), "node": np.arange(len(res.counts)),
-                                 "virtual": np.full(len(res.counts), virtual), "keys": res.counts}),
-                       run_dir / "load" / "keys_per_node.parquet")
+        count = len(res.counts)
+        with ParquetWriter(run_dir / "load" / "keys_per_node.parquet", "load") as w:
+            w.write_columns({"run": [out.name] * count, "source": ["sim"] * count,
+                             "node": np.arange(count, dtype=np.int64),
+                             "virtual": np.full(count, virtual, dtype=np.int64),
+                             "keys": res.counts.astype(np.int64)})
         s["run"] = str(run_dir)
     emit(s, as_json, [f"{nodes:,} nodes x {virtual} virtual, {keys:,} keys: mean {s['mean']:.1f} keys/node, "
                       f"p1 {s['p1']:g}, p50 {s['p50']:g}, p99 {s['p99']:g} "

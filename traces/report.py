@@ -30,6 +30,9 @@ DELIVERY_COLUMNS = (("run", "run"), ("source", "source"), ("mode", "mode"), ("to
                     ("recovered", "recovered"), ("latency_p50_ms", "p50 ms"), ("latency_p99_ms", "p99 ms"),
                     ("latency_max_ms", "max ms"))
 
+LOAD_COLUMNS = (("run", "run"), ("source", "source"), ("virtual", "virtual"), ("nodes", "nodes"), ("keys", "keys"),
+                ("mean", "mean"), ("p1", "p1"), ("p50", "p50"), ("p99", "p99"), ("max", "max"))
+
 
 def _cell(value: object) -> str:
     if value is None:
@@ -52,6 +55,8 @@ def render(result: dict) -> str:
     if result["deliveries"]:
         parts += ["deliveries (missing: sequence gaps between a pair's first and last message)",
                   table(result["deliveries"], DELIVERY_COLUMNS)]
+    if result.get("load"):
+        parts += ["keys per real node", table(result["load"], LOAD_COLUMNS)]
     for name, bad in result["bad_rows"].items():
         if bad["count"]:
             parts.append(f"{bad['count']} bad {name} rows left out, e.g. "
@@ -65,8 +70,8 @@ def write_outputs(result: dict, out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
-    for name in ("lookups", "deliveries"):
-        rows = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()} for r in result[name]]
+    for name in ("lookups", "deliveries", "load"):
+        rows = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()} for r in result.get(name, [])]
         if not rows:
             continue
         pq.write_table(pa.Table.from_pylist(rows), out / f"{name}.parquet")

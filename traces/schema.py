@@ -1,4 +1,6 @@
-"""THE trace schema: lookups and deliveries, defined once, used by every writer and by Spark.
+"""THE trace schema: lookups, deliveries (and the simulator's keys per node), defined once.
+
+Used by every writer and by Spark.
 
 Each table is a tuple of `Field(name, kind)`. The pyarrow schema and the Spark schema are both
 derived from it, so the simulator's Parquet and the live processes' JSON Lines cannot drift apart.
@@ -49,7 +51,15 @@ DELIVERIES: tuple[Field, ...] = (
     Field("recovered", "bool"),
 )
 
-TABLES: dict[str, tuple[Field, ...]] = {"lookups": LOOKUPS, "deliveries": DELIVERIES}
+LOAD: tuple[Field, ...] = (  # keys per real node, from `chordpub sim load --out` (SIGCOMM'01 Figs. 8-9)
+    Field("run", "string"),
+    Field("source", "string"),
+    Field("node", "int"),
+    Field("virtual", "int"),
+    Field("keys", "int"),
+)
+
+TABLES: dict[str, tuple[Field, ...]] = {"lookups": LOOKUPS, "deliveries": DELIVERIES, "load": LOAD}
 
 
 class SchemaError(ValueError):

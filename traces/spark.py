@@ -24,7 +24,8 @@ from traces.schema import MODES, SOURCES, TABLES, spark_schema
 
 CORRUPT = "_corrupt_record"
 ACCURACY = 10_000  # percentile_approx: relative rank error at most 1/ACCURACY
-GROUPS = {"lookups": ("run", "source", "nodes"), "deliveries": ("run", "source", "mode", "topic")}
+GROUPS = {"lookups": ("run", "source", "nodes"), "deliveries": ("run", "source", "mode", "topic"),
+          "load": ("run", "source", "virtual")}
 
 
 class AnalyzeError(ValueError):
@@ -69,7 +70,7 @@ class TraceFiles:
 
 
 def find_traces(dirs: list[str | os.PathLike]) -> TraceFiles:
-    """Every `lookups/` and `deliveries/` file under the given run directories (or their parents)."""
+    """Every `lookups/`, `deliveries/` and `load/` file under the given run directories (or their parents)."""
     found = TraceFiles()
     for d in dirs:
         root = Path(d)
@@ -82,7 +83,7 @@ def find_traces(dirs: list[str | os.PathLike]) -> TraceFiles:
                 elif path.suffix == ".parquet":
                     found.parquet[table].append(str(path))
     if not found.count():
-        raise AnalyzeError(f"no traces (lookups/*.jsonl|parquet, deliveries/*.jsonl|parquet) under "
+        raise AnalyzeError(f"no traces (lookups/, deliveries/ or load/ *.jsonl|parquet) under "
                            f"{', '.join(map(str, dirs))}")
     return found
 
@@ -186,6 +187,21 @@ def aggregate_lookups(good) -> list[dict]:
     return sorted(out, key=lambda o: (o["run"], o["source"], o["nodes"] or 0))
 
 
+def aggregate_load(good) -> list[dict]:
+    """By (run, source, virtual): keys per real node — mean, p1/p50/p99, max (SIGCOMM'01 §6.2)."""
+    from pyspark.sql import functions as F
+
+    keys = list(GROUPS["load"])
+    out = []
+    for r in good.groupBy(*keys).agg(F.count(F.lit(1)).alias("nodes"), F.sum("keys").alias("keys"),
+                                     F.avg("keys").alias("mean"), _pct("keys", 0.01, 0.5, 0.99).alias("pct"),
+                                     F.max("keys").alias("max")).collect():
+        p = r["pct"]
+        out.append({k: r[k] for k in keys} | {"nodes": int(r["nodes"]), "keys": int(r["keys"]), "mean": r["mean"],
+                                              "p1": p[0], "p50": p[1], "p99": p[2], "max": int(r["max"])})
+    return sorted(out, key=lambda o: (o["run"], o["source"], o["virtual"]))
+
+
 def aggregate_deliveries(good) -> list[dict]:
     """By (run, source, mode, topic): deliveries, duplicates (a (publisher, subscriber, seq) seen
     again), missing (sequence numbers absent between each pair's first and last), recovered, latency."""
@@ -214,11 +230,12 @@ def aggregate_deliveries(good) -> list[dict]:
 
 
 def analyze(spark, dirs: list[str | os.PathLike], examples: int = 5) -> dict:
-    """The whole job: {"lookups": [...], "deliveries": [...], "bad_rows": {...}, "files": {...}}."""
+    """The whole job: {"lookups": [...], "deliveries": [...], "load": [...], "bad_rows": {...}, "files": {...}}."""
     files = find_traces(dirs)
     size_shuffle(spark, files.bytes())
-    result: dict = {"lookups": [], "deliveries": [], "bad_rows": {}, "files": {}}
-    for table, aggregate in (("lookups", aggregate_lookups), ("deliveries", aggregate_deliveries)):
+    result: dict = {"lookups": [], "deliveries": [], "load": [], "bad_rows": {}, "files": {}}
+    for table, aggregate in (("lookups", aggregate_lookups), ("deliveries", aggregate_deliveries),
+                             ("load", aggregate_load)):
         result["files"][table] = len(files.jsonl[table]) + len(files.parquet[table])
         good, bad = load(spark, files, table)
         if good is None:

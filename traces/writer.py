@@ -115,7 +115,7 @@ class ParquetWriter(_TraceFile):
 def make_run_dir(root: str | os.PathLike, run: str, config: dict) -> Path:
     """RUN/manifest.json (config, versions, host), RUN/lookups/, RUN/deliveries/."""
     run_dir = Path(root) / run
-    for table in TABLES:
+    for table in ("lookups", "deliveries"):  # load/ is made by the one command that writes it
         (run_dir / table).mkdir(parents=True, exist_ok=True)
     manifest = {
         "run": run,

@@ -30,3 +30,14 @@ def test_sim_paper_points_as_spark_tasks_match_the_local_engine(spark):
     assert local.returncode == 0 and remote.returncode == 0, remote.stderr
     a, b = json.loads(local.stdout), json.loads(remote.stdout)
     assert b["engine"] == "spark" and a["rows"] == b["rows"] and b["within"]
+
+
+def test_keys_per_node_from_a_sim_load_run(spark, tmp_path):
+    proc = run_cli("sim", "load", "--nodes", "2000", "--keys", "100000", "--virtual", "5", "--seed", "2",
+                   "--out", str(tmp_path / "loadrun"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    (row,) = analyze(spark, [tmp_path / "loadrun"])["load"]
+    assert (row["nodes"], row["keys"], row["virtual"]) == (2000, 100000, 5)
+    assert row["mean"] == pytest.approx(summary["mean"], abs=1e-9) and row["max"] == summary["max"]
+    assert abs(row["p99"] - summary["p99"]) <= 2  # percentile_approx vs numpy's interpolation
