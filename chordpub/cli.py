@@ -280,7 +280,7 @@ def keyid(key: str, bits: int = 64) -> None:
     typer.echo(str(key_id(key, bits)))
 
 
-from chordpub import cli_analyze, cli_pubsub, cli_sim  # noqa: E402,F401 - register their commands on `app`
+from chordpub import cli_analyze, cli_pubsub, cli_sim, cli_topo  # noqa: E402,F401 - register their commands
 
 
 def main() -> None:

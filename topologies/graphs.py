@@ -2,12 +2,12 @@
 
 A topology is named by a spec string in Mininet's style, "name,key=value,...", e.g.
 "tree,fanout=3,depth=2" or "waxman,n=200,alpha=0.4,beta=0.2". Every graph is connected, every
-edge carries `delay_ms` and `bw_mbps`, and every node a `kind`: "switch" (forwards only) or "host"
+edge carries `delay_ms`, `bw_mbps` and `loss_pct`, and every node a `kind`: "switch" (forwards only) or "host"
 (where a process may run). single/linear/tree are Mininet's shapes, hosts hanging off switches;
 waxman, barabasi_albert and transit_stub are router-level Internet models (Waxman 1988;
 Barabási-Albert 1999; GT-ITM's transit-stub, Zegura et al. 1996) whose routers are all "host",
 so the simulator attaches nodes to them and Mininet puts one host on each. Any spec takes
-`delay=MS` to give every link the same delay.
+`delay=MS` (every link the same delay), `bw=MBPS` (default 100), `loss=PCT` (default 0) and `seed=S`.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     name = parts[0]
     if name not in BUILDERS:
         raise TopologyError(f"unknown topology {name!r}; known: {', '.join(BUILDERS)}")
-    allowed = BUILDERS[name][1] | {"delay", "bw", "seed"}
+    allowed = BUILDERS[name][1] | {"delay", "bw", "loss", "seed"}
     params: dict[str, str] = {}
     positional = list(POSITIONAL[name])
     for part in parts[1:]:
@@ -174,7 +174,11 @@ def build(spec: str, seed: int | None = None) -> nx.Graph:
         p["delay"] = default_delay[name]
     g = BUILDERS[name][0](p, rng)
     bw = _float(raw, "bw", 100.0)
+    loss = _float(raw, "loss", 0.0)
+    if loss > 100:
+        raise TopologyError(f"loss is a percentage (0..100), got {loss:g}")
     nx.set_edge_attributes(g, bw, "bw_mbps")
+    nx.set_edge_attributes(g, loss, "loss_pct")
     g.graph["spec"] = spec
     return g
 
@@ -185,11 +189,46 @@ def hosts(g: nx.Graph) -> list:
 
 
 def describe(g: nx.Graph) -> dict:
+    """Counts, link delays, and the diameter in hops and in ms (the slowest host-to-host path)."""
     delays = [d for _, _, d in g.edges(data="delay_ms")]
+    names = hosts(g)
+    diameter_ms = 0.0
+    if len(names) > 1:
+        wanted = set(names)
+        for h in names:
+            lengths = nx.single_source_dijkstra_path_length(g, h, weight="delay_ms")
+            diameter_ms = max(diameter_ms, max(v for k, v in lengths.items() if k in wanted))
     return {"spec": g.graph.get("spec"), "nodes": g.number_of_nodes(), "links": g.number_of_edges(),
-            "hosts": len(hosts(g)), "switches": g.number_of_nodes() - len(hosts(g)),
+            "hosts": len(names), "switches": g.number_of_nodes() - len(names),
             "delay_ms": {"min": min(delays, default=0.0), "max": max(delays, default=0.0)},
-            "diameter_hops": nx.diameter(g) if g.number_of_nodes() > 1 else 0}
+            "diameter_hops": nx.diameter(g) if g.number_of_nodes() > 1 else 0,
+            "diameter_ms": round(diameter_ms, 3)}
+
+
+def draw(g: nx.Graph, path: str) -> None:
+    """A PNG of the topology: hosts as circles, switches as squares, links labelled with their delay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pos = nx.spring_layout(g, seed=1, weight=None)
+    fig, ax = plt.subplots(figsize=(8, 6))
+    names = hosts(g)
+    switches = [v for v in g.nodes if v not in set(names)]
+    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.5)
+    nx.draw_networkx_nodes(g, pos, nodelist=names, node_color="tab:blue", node_size=120, ax=ax, label="hosts")
+    nx.draw_networkx_nodes(g, pos, nodelist=switches, node_color="tab:orange", node_shape="s", node_size=160,
+                           ax=ax, label="switches")
+    if g.number_of_nodes() <= 40:
+        nx.draw_networkx_labels(g, pos, font_size=7, ax=ax)
+        nx.draw_networkx_edge_labels(g, pos, {(a, b): f"{d:g}ms" for a, b, d in g.edges(data="delay_ms")},
+                                     font_size=6, ax=ax)
+    ax.set_title(g.graph.get("spec", ""))
+    ax.legend(loc="best")
+    ax.axis("off")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
