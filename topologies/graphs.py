@@ -77,7 +77,8 @@ def _waxman(p: dict, rng: np.random.Generator) -> nx.Graph:
     pos = nx.get_node_attributes(g, "pos")
     for a, b in g.edges:
         (xa, ya), (xb, yb) = pos[a], pos[b]
-        g.edges[a, b]["delay_ms"] = p["delay"] or max(0.1, max_ms * math.hypot(xa - xb, ya - yb) / math.sqrt(2))
+        span = max(0.1, max_ms * math.hypot(xa - xb, ya - yb) / math.sqrt(2))  # the unit square's diagonal = max
+        g.edges[a, b]["delay_ms"] = p["delay"] if p["delay"] is not None else span
     return _routers(g, "r")
 
 
@@ -89,7 +90,7 @@ def _barabasi_albert(p: dict, rng: np.random.Generator) -> nx.Graph:
     g = nx.barabasi_albert_graph(n, m, seed=_seed(rng))
     lo, hi = _float(p, "min_delay", 1.0), _float(p, "max_delay", 20.0)
     for e in g.edges:
-        g.edges[e]["delay_ms"] = p["delay"] or float(rng.uniform(lo, hi))
+        g.edges[e]["delay_ms"] = p["delay"] if p["delay"] is not None else float(rng.uniform(lo, hi))
     return _routers(g, "r")
 
 
@@ -118,7 +119,7 @@ def _transit_stub(p: dict, rng: np.random.Generator) -> nx.Graph:
         if T > 2:
             a, b = rng.choice(T, size=2, replace=False)
             g.add_edge(f"t{a}.{int(rng.integers(t))}", f"t{b}.{int(rng.integers(t))}", delay_ms=d_tt)
-    if p["delay"]:
+    if p["delay"] is not None:
         nx.set_edge_attributes(g, p["delay"], "delay_ms")
     nx.set_node_attributes(g, "host", "kind")
     return g
@@ -165,12 +166,12 @@ def build(spec: str, seed: int | None = None) -> nx.Graph:
     """The topology named by `spec`: connected, `delay_ms`/`bw_mbps` on edges, `kind` on nodes."""
     name, raw = parse_spec(spec)
     p: dict = dict(raw)
-    p["delay"] = _delay(raw["delay"]) if "delay" in raw else 0.0
+    p["delay"] = _delay(raw["delay"]) if "delay" in raw else None
     if "seed" in raw:
         seed = _int(raw, "seed", 0, 0)
     rng = np.random.default_rng(seed)
     default_delay = {"single": 1.0, "linear": 1.0, "tree": 1.0}
-    if not p["delay"] and name in default_delay:
+    if p["delay"] is None and name in default_delay:
         p["delay"] = default_delay[name]
     g = BUILDERS[name][0](p, rng)
     bw = _float(raw, "bw", 100.0)
