@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from topologies.graphs import TopologyError, build, hosts
+from topologies.graphs import TopologyError, build, hosts, number_param
 
 DEFAULT_SPEC = "lognormal,median=50,sigma=0.5"
 MODEL_KEYS = {"constant": ("ms",), "lognormal": ("median", "sigma")}
@@ -135,15 +135,11 @@ def position_delay(model: LatencyModel, real: np.ndarray):
 
 
 def _number(params: dict, key: str, default: float) -> float:
-    if key not in params:
-        return default
+    """A non-negative number parameter, checked as topology parameters are."""
     try:
-        value = float(params[key])
-    except ValueError:
-        raise LatencyError(f"{key} must be a number, got {params[key]!r}") from None
-    if not 0 <= value < float("inf"):
-        raise LatencyError(f"{key} must be a finite number >= 0, got {params[key]!r}")
-    return value
+        return number_param(params, key, default)
+    except TopologyError as exc:
+        raise LatencyError(str(exc)) from None
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -70,8 +70,8 @@ def _tree(p: dict, rng: np.random.Generator) -> nx.Graph:
 
 def _waxman(p: dict, rng: np.random.Generator) -> nx.Graph:
     n = _int(p, "n", 100, 2)
-    alpha, beta = _float(p, "alpha", 0.4), _float(p, "beta", 0.2)
-    max_ms = _float(p, "max_delay", 50.0)
+    alpha, beta = number_param(p, "alpha", 0.4), number_param(p, "beta", 0.2)
+    max_ms = number_param(p, "max_delay", 50.0)
     g = nx.waxman_graph(n, beta=beta, alpha=alpha, seed=_seed(rng))
     _connect(g, rng)
     pos = nx.get_node_attributes(g, "pos")
@@ -88,7 +88,7 @@ def _barabasi_albert(p: dict, rng: np.random.Generator) -> nx.Graph:
     if m >= n:
         raise TopologyError(f"barabasi_albert needs m < n, got m={m}, n={n}")
     g = nx.barabasi_albert_graph(n, m, seed=_seed(rng))
-    lo, hi = _float(p, "min_delay", 1.0), _float(p, "max_delay", 20.0)
+    lo, hi = number_param(p, "min_delay", 1.0), number_param(p, "max_delay", 20.0)
     for e in g.edges:
         g.edges[e]["delay_ms"] = p["delay"] if p["delay"] is not None else float(rng.uniform(lo, hi))
     return _routers(g, "r")
@@ -98,7 +98,7 @@ def _transit_stub(p: dict, rng: np.random.Generator) -> nx.Graph:
     """GT-ITM-style: T transit domains of t routers; each transit router has S stubs of s routers."""
     T, t = _int(p, "transits", 2, 1), _int(p, "transit_size", 4, 1)
     S, s = _int(p, "stubs", 2, 0), _int(p, "stub_size", 4, 1)
-    d_tt, d_ts, d_ss = (_float(p, k, v) for k, v in (("tt_delay", 20.0), ("ts_delay", 5.0), ("ss_delay", 2.0)))
+    d_tt, d_ts, d_ss = (number_param(p, k, v) for k, v in (("tt_delay", 20.0), ("ts_delay", 5.0), ("ss_delay", 2.0)))
     g = nx.Graph()
     transit: list[str] = []
     for d in range(T):
@@ -174,8 +174,8 @@ def build(spec: str, seed: int | None = None) -> nx.Graph:
     if p["delay"] is None and name in default_delay:
         p["delay"] = default_delay[name]
     g = BUILDERS[name][0](p, rng)
-    bw = _float(raw, "bw", 100.0)
-    loss = _float(raw, "loss", 0.0)
+    bw = number_param(raw, "bw", 100.0)
+    loss = number_param(raw, "loss", 0.0)
     if loss > 100:
         raise TopologyError(f"loss is a percentage (0..100), got {loss:g}")
     nx.set_edge_attributes(g, bw, "bw_mbps")
@@ -262,7 +262,8 @@ def _int(p: dict, key: str, default: int, least: int) -> int:
     return value
 
 
-def _float(p: dict, key: str, default: float) -> float:
+def number_param(p: dict, key: str, default: float) -> float:
+    """p[key] as a finite number >= 0 (default when absent); TopologyError naming the key otherwise."""
     if key not in p:
         return default
     try:
@@ -277,4 +278,4 @@ def _float(p: dict, key: str, default: float) -> float:
 def _delay(text: str) -> float:
     """"5ms", "5", "0.5ms" -> milliseconds."""
     value = text[:-2] if text.endswith("ms") else text
-    return _float({"delay": value}, "delay", 0.0)
+    return number_param({"delay": value}, "delay", 0.0)
