@@ -57,6 +57,11 @@ def clean_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def check_source(source: str) -> None:
+    if source not in ("live", "mininet"):
+        fail(f"--source must be live or mininet, got {source!r}")
+
+
 def endpoint_arg(text: str) -> str:
     wire.parse_endpoint(text)
     return text
@@ -85,6 +90,7 @@ def node_start(
     data_dir: Path = typer.Option(None, help="Directory for durable state (not yet implemented: issue 7)."),
     trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
+    source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
     curve: Path = typer.Option(None, help="CURVE keys directory (not yet implemented: issue 7)."),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
@@ -95,6 +101,7 @@ def node_start(
 
     if curve is not None or data_dir is not None:
         fail("--curve and --data-dir are not implemented yet")
+    check_source(source)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if join:
@@ -120,7 +127,7 @@ def node_start(
 
         def record(found: Any) -> None:
             with lock:
-                writer.write({"run": run, "source": "live", "nodes": None, "key_id": found.key_id,
+                writer.write({"run": run, "source": source, "nodes": None, "key_id": found.key_id,
                               "origin": node.me.id, "owner": found.owner.id if found.owner else None,
                               "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
                               "ok": found.ok, "ts": time.time()})
@@ -280,7 +287,7 @@ def keyid(key: str, bits: int = 64) -> None:
     typer.echo(str(key_id(key, bits)))
 
 
-from chordpub import cli_analyze, cli_pubsub, cli_sim, cli_topo  # noqa: E402,F401 - register their commands
+from chordpub import cli_analyze, cli_mininet, cli_pubsub, cli_sim, cli_topo  # noqa: E402,F401 - register their commands
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chordpub.cli import app, clean_errors, emit, endpoint_arg, fail
+from chordpub.cli import app, check_source, clean_errors, emit, endpoint_arg, fail
 
 topic_app = typer.Typer(help="Inspect topics: their owner, publishers and subscribers.", no_args_is_help=True)
 app.add_typer(topic_app, name="topic")
@@ -98,6 +98,7 @@ def sub(
     trace: Path = typer.Option(None, help="Append deliveries here (JSON Lines, the trace schema)."),
     dead_letter: Path = typer.Option(None, help="Append unrepairable gaps here (JSON Lines)."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
+    source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
     print_messages: bool = typer.Option(False, "--print", help="Print each delivery on stdout."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
 ) -> None:
@@ -107,6 +108,7 @@ def sub(
 
     endpoint_arg(via)
     _check_mode(mode)
+    check_source(source)
     if count is None and seconds is None and as_json:
         fail("--json needs --count or --seconds (or the summary would never be printed)")
     stop = _stop_on_signals()
@@ -116,7 +118,7 @@ def sub(
 
     def on_delivery(d) -> None:  # noqa: ANN001 - a pubsub.subscriber.Delivery
         if writer:
-            writer.write({"run": run, "source": "live", "mode": mode, "topic": topic,
+            writer.write({"run": run, "source": source, "mode": mode, "topic": topic,
                           "publisher": d.env.publisher, "subscriber": subscriber.id, "seq": d.env.seq,
                           "sent_ns": d.env.sent_ns, "recv_ns": d.recv_ns, "latency_ms": d.latency_ms,
                           "recovered": d.recovered})

@@ -1,9 +1,10 @@
 """The subscribing side: find publishers through the ring, connect to each one directly.
 
-One thread does everything, polling two sockets: the SUB socket connected straight to every
-matched publisher's PUB socket, and a notify ROUTER on which the topic's owner says when a
-publisher appears or goes. The record is also re-read every heartbeat, so nothing is missed when
-the owner changes. Per publisher:
+One thread delivers, polling three sockets: the SUB socket connected straight to every matched
+publisher's PUB socket, a notify ROUTER on which the topic's owner says when a publisher appears
+or goes, and the wake-up of the RecordReader thread, which renews our lease and reads the record
+every heartbeat (so nothing is missed when the owner changes) and on every hint, off the
+delivery path (record_reader.py says why). Per publisher:
 - history on join (`history` > 0): the last k messages, marked recovered. A publisher that offers
   fewer than k is not matched, and we say so (offered >= requested);
 - reliable mode: in-order delivery by sequence number from 1, duplicates dropped, gaps (the slow
@@ -28,8 +29,9 @@ import zmq
 from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.transport import RpcClient, RpcServer, SocketSetup
-from pubsub.directory import Directory, PublisherEntry, leader
+from pubsub.directory import PublisherEntry, leader
 from pubsub.envelope import Envelope, EnvelopeError
+from pubsub.record_reader import RecordReader
 from pubsub.relay import SERVICE_OUT, DirectRoute, RelayRoute, Route
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ class Subscriber:
         self.notify = RpcServer(host, 0, self._on_notify, setup=setup, schemas=NOTIFY_SCHEMAS)
         self.id = self.notify.endpoint
         self.client = DhtClient(via, timeout=1.0, retries=1, setup=setup)
-        self.directory = Directory(self.client, heartbeat)
+        self.reader = RecordReader(via, topic, self.id, self.notify.endpoint, heartbeat, self.context, setup)
         self.repair = RpcClient(timeout=1.0, retries=1, setup=setup)
         self.states: dict[str, PublisherState] = {}
         if mode not in ("direct", "relay"):
@@ -107,7 +109,6 @@ class Subscriber:
         # kept until the next read of the record matches (or drops) it
         self.pending: dict[str, list[Envelope]] = {}
         self._pending_count = 0
-        self._changed = False
         self._stranger_reread_at = 0.0
         self._next_heartbeat = 0.0
 
@@ -119,6 +120,8 @@ class Subscriber:
         poller = zmq.Poller()
         poller.register(self.sub, zmq.POLLIN)
         poller.register(self.notify.socket, zmq.POLLIN)
+        poller.register(self.reader.wakeup, zmq.POLLIN)
+        self.reader.start()
         while True:
             if count is not None and self.stats.received >= count:
                 break
@@ -126,38 +129,31 @@ class Subscriber:
             if (deadline is not None and now >= deadline) or (stop is not None and stop()):
                 break
             if now >= self._next_heartbeat:
-                self._beat()
+                self._check_tails()
                 self._next_heartbeat = time.monotonic() + self.heartbeat
             wait = self._next_heartbeat - time.monotonic()
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
             events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
+            if self.reader.wakeup in events:
+                publishers = self.reader.latest()
+                if publishers is not None:
+                    self._reconcile(publishers)
             if self.notify.socket in events:
                 self._drain_notify()
             if self.sub in events:
                 self._drain_sub(count)
-            if self._changed:
-                self._reread()
         return self.stats
 
     def close(self, unregister: bool = True) -> None:
-        if unregister:
-            try:
-                self.directory.unregister_subscriber(self.topic, self.id)
-            except DhtError as exc:
-                log.info("could not unregister (the lease will expire): %s", exc)
+        self.reader.close(unregister)
         self.sub.close()
         self.notify.close()
         self.client.close()
         self.repair.close()
 
-    def _beat(self) -> None:
-        """Renew our lease and watch, re-read the record, and (reliable) check every tail."""
-        try:
-            self.directory.register_subscriber(self.topic, self.id, self.notify.endpoint)
-            self._reconcile(self.directory.publishers(self.topic))
-        except DhtError as exc:
-            log.warning("directory unavailable: %s", exc)
+    def _check_tails(self) -> None:
+        """Reliable mode, every heartbeat: repair the tail of every stream that stalled."""
         if self.reliable:
             for st in list(self.states.values()):
                 self._check_tail(st)
@@ -172,22 +168,11 @@ class Subscriber:
             if reply is not None:
                 self.notify.socket.send_multipart(reply, zmq.NOBLOCK)
 
-    def _reread(self) -> None:
-        """Act on a hint (a push, a stranger's message) by reading the record back from the ring.
-
-        The hint itself is never trusted: a forged or stale "changed" message can cost a read but
-        cannot change what we connect to or deliver.
-        """
-        self._changed = False
-        try:
-            self._reconcile(self.directory.publishers(self.topic))
-        except DhtError as exc:
-            log.warning("directory unavailable: %s", exc)
-
     def _on_notify(self, req: dict) -> dict:
         if req["key"] != self.topic:
             raise wire.WireError(f"not watching {req['key']!r}")
-        self._changed = True  # acted on after the reply, outside the handler
+        # a hint, never trusted: a forged or stale one costs a read of the record, nothing more
+        self.reader.request()
         return {}
 
     def _drain_sub(self, count: int | None) -> None:
@@ -217,7 +202,7 @@ class Subscriber:
         now = time.monotonic()
         if now >= self._stranger_reread_at:
             self._stranger_reread_at = now + self.heartbeat / 10
-            self._changed = True
+            self.reader.request()
 
     # -- publishers come and go --------------------------------------------------------------------
     def _reconcile(self, publishers: list[PublisherEntry]) -> None:

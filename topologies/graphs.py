@@ -166,7 +166,7 @@ def build(spec: str, seed: int | None = None) -> nx.Graph:
     """The topology named by `spec`: connected, `delay_ms`/`bw_mbps` on edges, `kind` on nodes."""
     name, raw = parse_spec(spec)
     p: dict = dict(raw)
-    p["delay"] = _delay(raw["delay"]) if "delay" in raw else None
+    p["delay"] = parse_delay(raw["delay"]) if "delay" in raw else None
     if "seed" in raw:
         seed = _int(raw, "seed", 0, 0)
     rng = np.random.default_rng(seed)
@@ -275,7 +275,7 @@ def number_param(p: dict, key: str, default: float) -> float:
     return value
 
 
-def _delay(text: str) -> float:
+def parse_delay(text: str) -> float:
     """"5ms", "5", "0.5ms" -> milliseconds."""
     value = text[:-2] if text.endswith("ms") else text
     return number_param({"delay": value}, "delay", 0.0)

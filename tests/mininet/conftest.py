@@ -1,0 +1,23 @@
+"""Mininet tests need root and Debian's mininet; under CI=true their absence is a failure, not a skip."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import IN_CI
+from topologies.mininet_net import MininetError, check_runnable, leftovers
+
+
+@pytest.fixture
+def clean_host():
+    """Skip (fail under CI) without Mininet; after the test, assert no bridge, namespace, veth or
+    mininet/chordpub/switch process is left that was not there before, also when the test failed."""
+    try:
+        check_runnable()
+    except MininetError as exc:
+        if IN_CI:
+            pytest.fail(f"Mininet is needed under CI: {exc}")
+        pytest.skip(str(exc))
+    before = leftovers()
+    yield
+    assert leftovers() == before, "bridges, namespaces, interfaces or processes were left behind"

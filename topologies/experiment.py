@@ -1,0 +1,325 @@
+"""One pub/sub experiment on Mininet: place, start, wait for the ring, run, stop, gather one run directory.
+
+Every process is the chordpub CLI started inside its Mininet host (as a user would type it in an
+xterm), writing its output to RUN/logs/ files, never to pipes that could fill. The order is the
+one that makes the measurement clean: discovery nodes (the first alone, the rest joining it), then
+`ring check` polled until the ring is consistent, then subscribers, then publishers for `seconds`,
+a short drain, and everything stopped (SIGTERM, then SIGKILL) in `finally`, before Mininet itself
+is torn down. The run directory holds manifest.json (topology, emulation, placement, versions,
+command), lookups/ and deliveries/ in JSON Lines (the trace schema, source "mininet"), logs/.
+`topologies` never imports `pubsub` or `dht`: it talks to them through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from topologies.graphs import build, describe
+from topologies.mininet_net import Network, mininet_network
+from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
+from traces.writer import make_run_dir
+
+MODES = ("direct", "relay")
+
+
+class ExperimentError(RuntimeError):
+    """The experiment could not be run as asked (a process died, the ring never formed, bad options)."""
+
+
+@dataclass
+class ExperimentConfig:
+    topo: str
+    dht: int = 2
+    pubs: int = 1
+    subs: int = 1
+    delay_ms: float | None = None  # every link; None keeps the spec's delays
+    seconds: float = 10.0
+    mode: str = "direct"
+    placement: str = "roundrobin"
+    seed: int | None = None
+    out: Path = Path("runs")
+    run: str | None = None
+    dht_json: Path | None = None
+    bits: int = 64
+    rate: float = 10.0
+    size: int = 100
+    topics: int = 1
+    stabilize: float = 0.5
+    emulation: str = "auto"
+    ring_timeout: float = 60.0
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise ExperimentError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.placement not in PLACEMENTS:
+            raise ExperimentError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if min(self.pubs, self.subs) < 0 or self.topics < 1 or self.seconds <= 0:
+            raise ExperimentError("pubs and subs must be >= 0, topics >= 1 and seconds > 0")
+
+
+@dataclass
+class Started:
+    slot: Slot
+    proc: subprocess.Popen
+    endpoint: str | None = None
+    node_id: str | None = None  # as the node itself reported it
+
+
+@dataclass
+class Experiment:
+    """Runs one ExperimentConfig; `run()` returns the summary and leaves RUN/ complete."""
+
+    config: ExperimentConfig
+    progress: Callable[[str], None] = lambda _msg: None
+    started: list[Started] = field(default_factory=list)
+
+    def run(self) -> dict:
+        cfg = self.config
+        cfg.check()
+        entries = load_dht_json(cfg.dht_json, cfg.bits) if cfg.dht_json else None
+        g = build(cfg.topo, seed=cfg.seed)
+        if cfg.delay_ms is not None:
+            for *_, d in g.edges(data=True):
+                d["delay_ms"] = cfg.delay_ms
+        name = cfg.run or time.strftime("mininet-%Y%m%d-%H%M%S")
+        run_dir = make_run_dir(cfg.out, name, {k: str(v) if isinstance(v, Path) else v
+                                               for k, v in asdict(cfg).items()})
+        logs = run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        t0 = time.monotonic()
+        self.progress(f"starting {cfg.topo} on Mininet")
+        with mininet_network(g, workdir=logs, emulation=cfg.emulation, seed=cfg.seed) as net:
+            mn_hosts = [net.names[v] for v in net.graph.nodes if net.graph.nodes[v]["kind"] == "host"]
+            slots = place(mn_hosts, cfg.dht, cfg.pubs, cfg.subs, cfg.placement, cfg.seed, entries)
+            if entries:
+                self._check_addresses(net, entries)
+            try:
+                ring = self._start_ring(net, slots, logs, name)
+                self._start_clients(net, slots, logs, name, run_dir)
+                self.progress(f"publishing for {cfg.seconds:g} s")
+                self._wait(cfg.seconds)
+                self._stop(role="pub")
+                self._drain(run_dir / "deliveries")
+            finally:
+                self._stop()
+            info = describe(net.graph)
+            emulation = net.emulation
+        summary = summarize(run_dir)
+        summary.update({"run": name, "dir": str(run_dir), "ring": ring, "emulation": emulation,
+                        "wall_s": round(time.monotonic() - t0, 2)})
+        self._write_manifest(run_dir, info, emulation, slots, summary)
+        return summary
+
+    # -- processes --------------------------------------------------------------------------------
+    def _spawn(self, net: Network, slot: Slot, args: list[str], logs: Path, stdout: Path | None = None) -> Started:
+        host = net.net.get(slot.host)
+        with open(logs / f"{slot.name}.log", "ab") as err, open(stdout or logs / f"{slot.name}.log", "ab") as out:
+            # mnexec -da: into the host's namespaces; no new session here, or mnexec forks away from us
+            proc = host.popen([sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err,
+                              stdin=subprocess.DEVNULL)
+        started = Started(slot, proc)
+        self.started.append(started)
+        return started
+
+    def _start_ring(self, net: Network, slots: list[Slot], logs: Path, run: str) -> dict:
+        cfg = self.config
+        nodes = [s for s in slots if s.role == "dht"]
+        self.progress(f"starting {len(nodes)} discovery nodes")
+        first: str | None = None
+        for i, slot in enumerate(nodes):
+            ip = net.net.get(slot.host).IP()
+            args = ["node", "start", "--host", ip, "--port", str(slot.port), "--bits", str(cfg.bits),
+                    "--stabilize", str(cfg.stabilize), "--run", run, "--source", "mininet",
+                    "--ready-file", str(logs / f"{slot.name}.ready"),
+                    "--trace", str(logs.parent / "lookups" / f"{slot.name}.jsonl")]
+            if slot.node_id is not None:
+                args += ["--id", str(slot.node_id)]
+            if first:
+                args += ["--join", first]
+            started = self._spawn(net, slot, args, logs)
+            if i == 0:
+                first = self._await_ready(started, logs)
+        for started in self.started[1:]:
+            self._await_ready(started, logs)
+        self.progress("waiting for the ring to be consistent")
+        t0 = time.monotonic()
+        host = net.net.get(nodes[0].host)
+        deadline = t0 + cfg.ring_timeout
+        report: dict = {}
+        while time.monotonic() < deadline:
+            self._check_alive()
+            proc = host.popen([sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
+                               "--expect", str(len(nodes))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL)
+            try:
+                out, _ = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            try:
+                report = json.loads(out or b"{}")
+            except json.JSONDecodeError:
+                report = {}
+            if report.get("consistent"):
+                report["seconds"] = round(time.monotonic() - t0, 2)
+                self.progress(f"ring of {report['nodes']} consistent after {report['seconds']:g} s")
+                return report
+            time.sleep(0.2)  # poll interval of a deadline loop
+        raise ExperimentError(f"the ring was not consistent within {cfg.ring_timeout:g} s: "
+                              f"{report.get('problems') or report}")
+
+    def _await_ready(self, started: Started, logs: Path) -> str:
+        ready = logs / f"{started.slot.name}.ready"
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if started.proc.poll() is not None or time.monotonic() > deadline:
+                raise ExperimentError(f"{started.slot.name} on {started.slot.host} did not start: "
+                                      + _tail(logs / f"{started.slot.name}.log"))
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        started.endpoint, started.node_id = info["endpoint"], str(info["id"])
+        return started.endpoint
+
+    def _start_clients(self, net: Network, slots: list[Slot], logs: Path, run: str, run_dir: Path) -> None:
+        cfg = self.config
+        nodes = [s for s in self.started if s.slot.role == "dht"]
+        by_host = {s.slot.host: s.endpoint for s in nodes}
+        clients = [s for s in slots if s.role in ("sub", "pub")]
+        self.progress(f"starting {cfg.subs} subscribers and {cfg.pubs} publishers ({cfg.mode})")
+        for role in ("sub", "pub"):  # subscribers first: the publishers' first messages find them
+            for j, slot in enumerate(s for s in clients if s.role == role):
+                via = by_host.get(slot.host) or nodes[j % len(nodes)].endpoint
+                ip = net.net.get(slot.host).IP()
+                topic = f"topic{j % cfg.topics}"
+                if role == "sub":
+                    args = ["sub", "--via", via, "--topic", topic, "--host", ip, "--mode", cfg.mode,
+                            "--run", run, "--source", "mininet", "--json",
+                            "--seconds", str(cfg.seconds + cfg.ring_timeout + 60),
+                            "--trace", str(run_dir / "deliveries" / f"{slot.name}.jsonl")]
+                    self._spawn(net, slot, args, logs, stdout=logs / f"{slot.name}.json")
+                else:
+                    args = ["pub", "--via", via, "--topic", topic, "--host", ip, "--mode", cfg.mode,
+                            "--count", "0", "--rate", str(cfg.rate), "--size", str(cfg.size),
+                            "--trace", str(logs / f"{slot.name}.sent.jsonl")]
+                    self._spawn(net, slot, args, logs)
+
+    def _check_alive(self) -> None:
+        for s in self.started:
+            if s.proc.poll() is not None:
+                raise ExperimentError(f"{s.slot.name} on {s.slot.host} exited with status {s.proc.returncode}")
+
+    def _wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._check_alive()
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+
+    def _drain(self, deliveries: Path, quiet: float = 0.5, limit: float = 3.0) -> None:
+        """After the publishers stop, wait until no delivery has been traced for `quiet` seconds."""
+        end = time.monotonic() + limit
+        last, since = -1, time.monotonic()
+        while time.monotonic() < end:
+            size = sum(f.stat().st_size for f in deliveries.glob("*.jsonl"))
+            if size != last:
+                last, since = size, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(0.05)
+
+    def _stop(self, role: str | None = None, grace: float = 5.0) -> None:
+        procs = [s.proc for s in self.started if role is None or s.slot.role == role]
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    @staticmethod
+    def _check_addresses(net: Network, entries: list) -> None:
+        wrong = [f"{e.name}: {e.ip} is not {e.host}'s address {net.net.get(e.host).IP()}"
+                 for e in entries if net.net.get(e.host).IP() != e.ip]
+        if wrong:
+            raise ExperimentError("dht.json does not match the network: " + "; ".join(wrong))
+
+    def _write_manifest(self, run_dir: Path, info: dict, emulation: str, slots: list[Slot], summary: dict) -> None:
+        path = run_dir / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest.update({
+            "source": "mininet",
+            "command": sys.argv,
+            "topology": {**info, "emulation": emulation},
+            "placement": [{**s.slot.to_dict(), "endpoint": s.endpoint, "exit": s.proc.returncode,
+                           **({"id": s.node_id} if s.node_id else {})} for s in self.started],
+            "summary": summary,
+        })
+        manifest["versions"].update({"mininet": _mininet_version(), "kernel": platform.release()})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def summarize(run_dir: Path) -> dict:
+    """Deliveries, their latency p50/p99/min, lookups and their mean hops, from RUN's JSON Lines."""
+    latencies, lookups_hops, modes = [], [], set()
+    for f in sorted((run_dir / "deliveries").glob("*.jsonl")):
+        for row in _rows(f):
+            latencies.append(float(row["latency_ms"]))
+            modes.add(row.get("mode"))
+    for f in sorted((run_dir / "lookups").glob("*.jsonl")):
+        lookups_hops += [int(r["hops"]) for r in _rows(f) if r.get("ok", True)]
+    sent = sum(sum(1 for _ in _rows(f)) for f in (run_dir / "logs").glob("*.sent.jsonl"))
+    lat = np.asarray(latencies)
+    return {
+        "sent": sent, "deliveries": int(lat.size), "modes": sorted(m for m in modes if m),
+        "latency_ms": {"min": _round(lat.min()) if lat.size else None,
+                       "p50": _round(np.percentile(lat, 50)) if lat.size else None,
+                       "p99": _round(np.percentile(lat, 99)) if lat.size else None},
+        "lookups": len(lookups_hops),
+        "mean_hops": _round(np.mean(lookups_hops)) if lookups_hops else None,
+    }
+
+
+def _rows(path: Path):  # -> Iterator[dict]
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by SIGKILL
+
+
+def _round(x: float) -> float:
+    return round(float(x), 3)
+
+
+def _tail(path: Path, lines: int = 4) -> str:
+    if not path.exists():
+        return "no output"
+    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "no output"
+
+
+def _mininet_version() -> str:
+    try:
+        from mininet.net import VERSION
+        return VERSION
+    except ImportError:
+        return "unknown"
