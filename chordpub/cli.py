@@ -52,7 +52,10 @@ def clean_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise  # typer's own exits and usage errors (Exit is a RuntimeError)
         except (DhtError, wire.WireError, ValueError, OSError, TimeoutError, RuntimeError) as exc:
-            fail(str(exc) or type(exc).__name__)
+            message = str(exc) or type(exc).__name__
+            if "no reply from" in message:
+                message += " (is it running? a ring started with --curve serves only clients holding its keys)"
+            fail(message)
 
     return wrapper  # type: ignore[return-value]
 
@@ -60,6 +63,23 @@ def clean_errors(fn: F) -> F:
 def check_source(source: str) -> None:
     if source not in ("live", "mininet"):
         fail(f"--source must be live or mininet, got {source!r}")
+
+
+CURVE_HELP = "CURVE keys directory (from `chordpub keys generate`): encrypt, and authenticate to the ring."
+
+
+def curve_setup(curve: Path | None, role: str):  # -> SocketSetup | None
+    """The socket hook for --curve DIR as `role`, with the ZAP authenticator running (None without)."""
+    if curve is None:
+        return None
+    from dht.curve import socket_setup
+
+    return socket_setup(curve, role)
+
+
+def dht_client(endpoint: str, curve: Path | None) -> DhtClient:
+    """A client for the one-shot commands; a ring that runs --curve answers only with the keys."""
+    return DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"))
 
 
 def endpoint_arg(text: str) -> str:
@@ -91,7 +111,7 @@ def node_start(
     trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
     source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
-    curve: Path = typer.Option(None, help="CURVE keys directory (not yet implemented: issue 7)."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
     log_level: str = typer.Option("INFO", help="Logging level."),
@@ -99,8 +119,8 @@ def node_start(
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
     from dht.node import ChordNode, NodeConfig
 
-    if curve is not None or data_dir is not None:
-        fail("--curve and --data-dir are not implemented yet")
+    if data_dir is not None:
+        fail("--data-dir is not implemented yet")
     check_source(source)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -116,12 +136,13 @@ def node_start(
     # the server thread must not wait 5 ms for the GIL while the maintenance thread computes
     sys.setswitchinterval(0.0005)
     relay_service = None
+    setup = curve_setup(curve, "node")
     if relay:
         from pubsub.relay import Relay
 
-        relay_service = Relay(host).start()
+        relay_service = Relay(host, setup=setup).start()
         config.services.update(relay_service.services)
-    node = ChordNode(config)
+    node = ChordNode(config, setup=setup)
     if writer is not None:
         lock = threading.Lock()
 
@@ -157,9 +178,10 @@ def node_start(
 @node_app.command("info")
 @clean_errors
 def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
+              curve: Path = typer.Option(None, help=CURVE_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Show a node's id, predecessor, successor list, fingers and key count."""
-    with DhtClient(endpoint_arg(endpoint)) as client:
+    with dht_client(endpoint, curve) as client:
         info = client.info()
     out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys")}
 
@@ -183,9 +205,10 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
 @clean_errors
 def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at this node, H:P."),
                 key: str = typer.Argument(..., help="The key (a topic name)."),
+                curve: Path = typer.Option(None, help=CURVE_HELP),
                 as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Find the node that owns KEY, iteratively from ENDPOINT, with the path taken."""
-    with DhtClient(endpoint_arg(endpoint)) as client:
+    with dht_client(endpoint, curve) as client:
         found = client.lookup(key)
     if not found.ok:
         fail(f"lookup of {key!r} failed: {found.error}")
@@ -197,9 +220,10 @@ def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at th
 
 @node_app.command("leave")
 @clean_errors
-def node_leave(endpoint: str = typer.Argument(..., help="The node that should leave, H:P.")) -> None:
+def node_leave(endpoint: str = typer.Argument(..., help="The node that should leave, H:P."),
+               curve: Path = typer.Option(None, help=CURVE_HELP)) -> None:
     """Ask a node to leave the ring gracefully (it hands its keys to its successor and exits)."""
-    with DhtClient(endpoint_arg(endpoint)) as client:
+    with dht_client(endpoint, curve) as client:
         client.leave()
     typer.echo(f"{endpoint} is leaving the ring")
 
@@ -218,17 +242,19 @@ def ring_up(
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
     log_dir: Path = typer.Option(None, help="Node logs go here (default: a temporary directory)."),
     wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
 ) -> None:
     """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM."""
     from chordpub.launcher import LocalRing
 
     check_bits(bits)
     workdir = log_dir or Path(tempfile.mkdtemp(prefix="chordpub-ring-"))
-    options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize}
+    options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
+               "curve": curve}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalRing(workdir, host, base_port, options) as ring:
+    with LocalRing(workdir, host, base_port, options, setup=curve_setup(curve, "client")) as ring:
         ring.start(nodes)
         ring.write_file(file)
         for n in ring.nodes:
@@ -248,11 +274,12 @@ def ring_up(
 @clean_errors
 def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
                expect: int = typer.Option(None, help="Also require exactly this many nodes."),
+               curve: Path = typer.Option(None, help=CURVE_HELP),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Walk the ring by successor pointers and compare it with the ideal ring (exit 0 iff consistent)."""
     from dht.ringcheck import check_ring
 
-    with DhtClient(endpoint_arg(endpoint)) as client:
+    with dht_client(endpoint, curve) as client:
         report = check_ring(client, expected=expect)
 
     def human(o: dict) -> str:
@@ -287,7 +314,7 @@ def keyid(key: str, bits: int = 64) -> None:
     typer.echo(str(key_id(key, bits)))
 
 
-from chordpub import cli_analyze, cli_mininet, cli_pubsub, cli_sim, cli_topo  # noqa: E402,F401 - register their commands
+from chordpub import cli_analyze, cli_keys, cli_mininet, cli_pubsub, cli_sim, cli_topo  # noqa: E402,F401 - register their commands
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chordpub.cli import app, check_source, clean_errors, emit, endpoint_arg, fail
+from chordpub.cli import CURVE_HELP, app, check_source, clean_errors, curve_setup, dht_client, emit, endpoint_arg, fail
 
 topic_app = typer.Typer(help="Inspect topics: their owner, publishers and subscribers.", no_args_is_help=True)
 app.add_typer(topic_app, name="topic")
@@ -50,6 +50,7 @@ def pub(
     heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between registration renewals."),
     host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and repair sockets on."),
     trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: seq, sent_ns)."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
 ) -> None:
     """Publish COUNT messages of SIZE bytes at RATE per second on TOPIC."""
     from pubsub.publisher import Publisher
@@ -59,7 +60,7 @@ def pub(
     keep = history if history is not None else (1000 if reliable else 0)
     stop = _stop_on_signals()
     publisher = Publisher(via, topic, host=host, history=keep, strength=strength, heartbeat=heartbeat,
-                          mode=mode).start()
+                          mode=mode, setup=curve_setup(curve, "publisher")).start()
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     try:
         period = 1.0 / rate if rate > 0 else 0.0
@@ -101,6 +102,7 @@ def sub(
     source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
     print_messages: bool = typer.Option(False, "--print", help="Print each delivery on stdout."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
 ) -> None:
     """Receive TOPIC from every publisher, directly; print a summary at the end."""
     from pubsub.subscriber import Subscriber
@@ -132,7 +134,8 @@ def sub(
 
     try:
         subscriber = Subscriber(via, topic, host=host, history=history, reliable=reliable, heartbeat=heartbeat,
-                                on_delivery=on_delivery, on_dead_letter=on_dead_letter, mode=mode)
+                                on_delivery=on_delivery, on_dead_letter=on_dead_letter, mode=mode,
+                                setup=curve_setup(curve, "subscriber"))
         stats = subscriber.run(count=count, duration=seconds, stop=stop.is_set)
     finally:
         if subscriber is not None:
@@ -160,12 +163,12 @@ def sub(
 @clean_errors
 def topic_info(topic: str = typer.Argument(..., help="The topic."),
                via: str = typer.Option(..., help="Any node of the ring, H:P."),
+               curve: Path = typer.Option(None, help=CURVE_HELP),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Show the topic's id, owner node, publishers (with strength and history) and subscriber count."""
-    from dht.client import DhtClient
     from pubsub.directory import Directory
 
-    with DhtClient(endpoint_arg(via)) as client:
+    with dht_client(via, curve) as client:
         info = Directory(client).info(topic)
 
     def human(o: dict) -> str:

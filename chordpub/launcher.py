@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dht.client import DhtClient
 from dht.ringcheck import check_ring
+from dht.transport import SocketSetup
 
 
 class LaunchError(RuntimeError):
@@ -123,6 +124,7 @@ class LocalRing:
     host: str = "127.0.0.1"
     base_port: int = 0
     options: dict[str, object] = field(default_factory=dict)
+    setup: SocketSetup | None = None  # for our own `check` calls (CURVE)
     nodes: list[NodeProcess] = field(default_factory=list)
     _count: int = 0
 
@@ -170,7 +172,7 @@ class LocalRing:
         node.proc.wait(timeout=5)
 
     def check(self, via: str | None = None, expected: int | None = None, timeout: float = 0.3) -> dict:
-        with DhtClient(via or self.live[0].endpoint, timeout=timeout, retries=0) as client:
+        with DhtClient(via or self.live[0].endpoint, timeout=timeout, retries=0, setup=self.setup) as client:
             return check_ring(client, expected=expected if expected is not None else len(self.live))
 
     def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:

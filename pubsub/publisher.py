@@ -55,8 +55,8 @@ class Publisher:
         self.pub = self.context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.SNDHWM, sndhwm)
         self.pub.setsockopt(zmq.LINGER, 2000)  # flush what is queued when we close
-        if setup is not None:
-            setup(self.pub, True)
+        if setup is not None:  # in relay mode the PUB connects to the relay: a CURVE client, not a server
+            setup(self.pub, mode == "direct")
         port = self.pub.bind_to_random_port(f"tcp://{host}")
         self.id = f"{host}:{port}"
         self.repair = RpcServer(host, 0, self._on_repair, setup=setup, schemas=REPAIR_SCHEMAS)

@@ -1,0 +1,29 @@
+"""`chordpub keys generate DIR`: the CURVE keypairs of a deployment (dht/curve.py says which and why)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from chordpub.cli import app, clean_errors
+
+keys_app = typer.Typer(help="CURVE keys for --curve: encryption and authentication on every socket.",
+                       no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("generate")
+@clean_errors
+def generate(directory: Path = typer.Argument(..., help="New directory for the keys (must not hold keys yet)."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Write a keypair per role (server, node, publisher, subscriber, client) and DIR/authorized/ with
+    the public keys that listening sockets admit. Give DIR to every process as --curve DIR."""
+    from dht.curve import generate as make_keys
+
+    written = make_keys(directory)
+    out = {"dir": str(directory), "roles": sorted(written), "authorized": str(directory / "authorized")}
+    typer.echo(json.dumps(out) if as_json else
+               f"keys for {', '.join(sorted(written))} in {directory}; admitted public keys in "
+               f"{directory / 'authorized'} (secret keys are mode 600: copy only what each host needs)")

@@ -1,0 +1,123 @@
+"""CurveZMQ for every socket: keys per role, one server identity, a ZAP authenticator (pyzmq's).
+
+`chordpub keys generate DIR` writes, with pyzmq's zmq.auth certificate helpers, one keypair per
+role: `server` is what every listening socket presents (node RPC, relay, publisher PUB and
+repair, subscriber notify), so a connecting socket always knows which key to expect without
+knowing what kind of process it reaches; `node`, `publisher`, `subscriber` and `client` (the CLI's
+one-shot commands) are what each process presents when it connects. `DIR/authorized/` holds the
+public keys that servers admit; removing one there revokes that role. A listening socket answers
+only clients whose key is in `authorized/` (ZAP, RFC 27), and everything on the wire is encrypted
+(CurveZMQ, RFC 26): no topic, key or payload in clear.
+
+The `SocketSetup` hook of dht/transport.py is how this reaches every socket: `Curve.setup(sock,
+is_server)`. A socket that is never a server (the publisher's PUB in relay mode connects to the
+relay) is set up as a client.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+SERVER = "server"
+ROLES = ("node", "publisher", "subscriber", "client")
+DOMAIN = "chordpub"
+
+
+class CurveError(ValueError):
+    """A keys directory that is missing, incomplete or unreadable: one clear line for the user."""
+
+
+def generate(directory: Path) -> dict[str, Path]:
+    """Create DIR/<role>.key (public) and DIR/<role>.key_secret for the server and every role, and
+    DIR/authorized/<role>.key for the roles. Refuses to overwrite existing keys."""
+    directory = Path(directory)
+    existing = [r for r in (SERVER, *ROLES) if (directory / f"{r}.key_secret").exists()]
+    if existing:
+        raise CurveError(f"{directory} already holds keys ({', '.join(existing)}); use a new directory")
+    authorized = directory / "authorized"
+    authorized.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for role in (SERVER, *ROLES):
+        public, secret = zmq.auth.create_certificates(str(directory), role)
+        Path(secret).chmod(0o600)
+        written[role] = Path(secret)
+        if role != SERVER:
+            shutil.copy(public, authorized / f"{role}.key")
+    return written
+
+
+@dataclass(frozen=True)
+class Curve:
+    """What one process needs: its role's keypair, the server keypair, and the authorized folder."""
+
+    directory: Path
+    role: str
+    public: bytes
+    secret: bytes
+    server_public: bytes
+    server_secret: bytes
+
+    @classmethod
+    def load(cls, directory: Path, role: str) -> Curve:
+        if role not in ROLES:
+            raise CurveError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise CurveError(f"no keys directory {directory} (make one with `chordpub keys generate DIR`)")
+        try:
+            public, secret = zmq.auth.load_certificate(str(directory / f"{role}.key_secret"))
+            server_public, server_secret = zmq.auth.load_certificate(str(directory / f"{SERVER}.key_secret"))
+        except (OSError, ValueError) as exc:
+            raise CurveError(f"cannot read the {role} or server keys in {directory}: {exc}") from None
+        if not (directory / "authorized").is_dir():
+            raise CurveError(f"{directory}/authorized is missing (it lists the public keys servers admit)")
+        return cls(directory, role, public, secret, server_public, server_secret)
+
+    def setup(self, sock: zmq.Socket, is_server: bool) -> None:
+        """The SocketSetup hook: a server presents the server identity and asks ZAP; a client
+        presents its role's key and expects the server's."""
+        if is_server:
+            sock.curve_publickey = self.server_public
+            sock.curve_secretkey = self.server_secret
+            sock.curve_server = True
+            sock.zap_domain = DOMAIN.encode()
+        else:
+            sock.curve_publickey = self.public
+            sock.curve_secretkey = self.secret
+            sock.curve_serverkey = self.server_public
+
+
+_authenticators: dict[int, ThreadAuthenticator] = {}
+
+
+def start_authenticator(curve: Curve, context: zmq.Context | None = None) -> ThreadAuthenticator:
+    """One ZAP handler per context, admitting the keys in DIR/authorized (started once)."""
+    context = context or zmq.Context.instance()
+    auth = _authenticators.get(id(context))
+    if auth is None:
+        auth = ThreadAuthenticator(context)
+        auth.start()
+        auth.configure_curve(domain=DOMAIN, location=str(curve.directory / "authorized"))
+        _authenticators[id(context)] = auth
+    return auth
+
+
+def stop_authenticators() -> None:
+    for auth in _authenticators.values():
+        auth.stop()
+    _authenticators.clear()
+
+
+def socket_setup(directory: Path | None, role: str):  # -> SocketSetup | None
+    """The hook for a process of `role` given `--curve DIR` (None without it: plain TCP)."""
+    if directory is None:
+        return None
+    curve = Curve.load(directory, role)
+    start_authenticator(curve)
+    return curve.setup
