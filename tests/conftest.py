@@ -20,8 +20,8 @@ def ring_factory(tmp_path: Path):
     """make(**node_options) -> a LocalRing whose processes are all killed at teardown."""
     rings: list[LocalRing] = []
 
-    def make(**options) -> LocalRing:
-        ring = LocalRing(tmp_path / f"ring{len(rings)}", options={"stabilize": PERIOD, **options})
+    def make(setup=None, **options) -> LocalRing:  # noqa: ANN001 - a dht.transport.SocketSetup
+        ring = LocalRing(tmp_path / f"ring{len(rings)}", options={"stabilize": PERIOD, **options}, setup=setup)
         rings.append(ring)
         return ring
 

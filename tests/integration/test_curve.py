@@ -1,0 +1,140 @@
+"""--curve: CurveZMQ on every socket, admission by the keys in DIR/authorized, nothing readable on the wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq.auth
+
+from dht.curve import Curve, start_authenticator, stop_authenticators
+from pubsub.publisher import Publisher
+from pubsub.subscriber import Subscriber
+from tests.conftest import IN_CI, one_error_line, run_cli
+
+ROLES = ("client", "node", "publisher", "server", "subscriber")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("curve") / "keys"
+    proc = run_cli("keys", "generate", str(directory), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["roles"] == sorted(ROLES)
+    return directory
+
+
+def test_keys_generate_writes_a_keypair_per_role_and_the_admitted_public_keys(keys):
+    for role in ROLES:
+        public, secret = zmq.auth.load_certificate(str(keys / f"{role}.key_secret"))
+        assert len(public) == len(secret) == 40
+        assert stat.S_IMODE((keys / f"{role}.key_secret").stat().st_mode) == 0o600
+    admitted = sorted(p.name for p in (keys / "authorized").iterdir())
+    assert admitted == [f"{r}.key" for r in ROLES if r != "server"]
+    one_error_line(run_cli("keys", "generate", str(keys)), "already holds keys")
+
+
+def test_a_curve_ring_serves_clients_with_the_keys_and_no_one_else(ring_factory, keys, tmp_path):
+    ring = ring_factory(setup=Curve.load(keys, "client").setup, curve=keys)
+    ring.start(3)
+    ring.wait_consistent(30)
+    ep = ring.nodes[0].endpoint
+    served = run_cli("node", "info", ep, "--curve", str(keys), "--json")
+    assert served.returncode == 0 and json.loads(served.stdout)["endpoint"] == ep
+    check = run_cli("ring", "check", ep, "--curve", str(keys), "--json")
+    assert check.returncode == 0 and json.loads(check.stdout)["nodes"] == 3
+    # no keys at all: the CURVE handshake never completes, and the client says so after its timeout
+    one_error_line(run_cli("node", "lookup", ep, "some-topic"), "no reply from", "--curve")
+    # the server's public key but a client key that is not in authorized/: ZAP says no
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    for role in ROLES:
+        shutil.copy(keys / f"{role}.key_secret", stranger / f"{role}.key_secret")
+    (stranger / "authorized").mkdir()
+    os.remove(stranger / "client.key_secret")
+    zmq.auth.create_certificates(str(stranger), "client")
+    one_error_line(run_cli("node", "lookup", ep, "some-topic", "--curve", str(stranger)), "no reply from")
+    one_error_line(run_cli("node", "info", ep, "--curve", str(tmp_path / "missing")), "no keys directory")
+
+
+class LoopbackCapture:
+    """Every frame on the loopback interface while active (AF_PACKET; needs root)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind(("lo", 0))
+        self.sock.settimeout(0.1)
+        self.data = bytearray()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.data += self.sock.recv(70000)
+            except TimeoutError:
+                continue
+
+    def __enter__(self) -> LoopbackCapture:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def exchange(ring, topic: str, payload: bytes, setup_for) -> int:  # noqa: ANN001
+    """Publish `payload` on `topic` until a subscriber has 5 of them; returns what it received."""
+    via = ring.nodes[0].endpoint
+    sub = Subscriber(via, topic, setup=setup_for("subscriber"))
+    pub = Publisher(via, topic, setup=setup_for("publisher")).start()
+    try:
+        deadline = time.monotonic() + 20
+        while sub.stats.received < 5 and time.monotonic() < deadline:
+            pub.publish(payload)
+            sub.run(duration=0.1)
+        return sub.stats.received
+    finally:
+        pub.close()
+        sub.close()
+
+
+@pytest.fixture
+def capture_allowed():
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("capturing loopback traffic needs root under CI")
+        pytest.skip("capturing loopback traffic needs root")
+    yield
+    stop_authenticators()  # the ZAP thread this test started in our own process
+
+
+def test_the_wire_carries_no_topic_and_no_payload_under_curve(ring_factory, keys, capture_allowed):
+    def curve_for(role):
+        curve = Curve.load(keys, role)
+        start_authenticator(curve)
+        return curve.setup
+
+    secure = ring_factory(setup=curve_for("client"), curve=keys)
+    secure.start(2)
+    secure.wait_consistent(30)
+    with LoopbackCapture() as wire:
+        assert exchange(secure, "topic-name-on-the-wire", b"PAYLOAD-IN-CLEAR-" * 4, curve_for) >= 5
+    assert b"topic-name-on-the-wire" not in wire.data
+    assert b"PAYLOAD-IN-CLEAR-" not in wire.data
+    # the same exchange without --curve shows both: the capture does see our traffic
+    plain = ring_factory()
+    plain.start(2)
+    plain.wait_consistent(30)
+    with LoopbackCapture() as wire:
+        assert exchange(plain, "plain-topic-name", b"PLAIN-PAYLOAD-" * 4, lambda role: None) >= 5
+    assert b"plain-topic-name" in wire.data and b"PLAIN-PAYLOAD-" in wire.data
