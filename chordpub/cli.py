@@ -107,7 +107,8 @@ def node_start(
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
-    data_dir: Path = typer.Option(None, help="Directory for durable state (not yet implemented: issue 7)."),
+    data_dir: Path = typer.Option(None, help="Keep the store in DIR/store.sqlite3; restarted with the same id "
+                                  "the node rejoins with its keys."),
     trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
     source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
@@ -119,15 +120,13 @@ def node_start(
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
     from dht.node import ChordNode, NodeConfig
 
-    if data_dir is not None:
-        fail("--data-dir is not implemented yet")
     check_source(source)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if join:
         endpoint_arg(join)
     config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
-                        successors=successors, replicas=replicas, stabilize=stabilize)
+                        successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter

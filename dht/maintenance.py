@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
-from dht.ids import in_half_open, in_open
+from dht.ids import in_half_open, in_open, key_id
 from dht.records import Record
 from dht.routing import Peer
 from dht.store import EntryTuple
@@ -48,6 +48,7 @@ class Maintainer:
         self._last_links: tuple = ()
         self._quiet_rounds = 0
         self._next_finger = 0
+        self._hand_back_pending = getattr(node.store, "loaded", 0) > 0  # restarted from --data-dir
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -112,6 +113,8 @@ class Maintainer:
         self.fix_fingers()
         self.replicate(force=node.rounds % self.config.refresh_every == 0)
         self.expire_records()
+        if self._hand_back_pending:
+            self.hand_back()
         with node.lock:
             node.store.expire(time.monotonic(), self.config.replica_lease_periods * self.config.stabilize,
                               self.routing.owns)
@@ -243,6 +246,29 @@ class Maintainer:
         if moving:
             self.push(new.endpoint, "handover", moving)
 
+    def hand_back(self) -> None:
+        """After a restart from --data-dir: give each entry we no longer own to its owner (once the
+        ring has told us our predecessor, so that `owns` means something). Merges keep the newest
+        version, so this never undoes a write made while we were away."""
+        node = self.node
+        with node.lock:
+            if self.routing.predecessor is None and not self.routing.alone:
+                return
+            start = self.routing.successor.endpoint
+            foreign = node.store.select(lambda k: not self.routing.owns(k))
+        by_owner: dict[str, list[EntryTuple]] = {}
+        for entry in foreign:
+            found = iterative_lookup(key_id(entry[0], self.config.bits), start, self.remote_ask,
+                                     max_steps=4 * self.config.bits + 16)
+            if not found.ok or found.owner is None:
+                return  # try again next round
+            if found.owner != self.me:
+                by_owner.setdefault(found.owner.endpoint, []).append(entry)
+        if all(self.push(endpoint, "handover", entries) for endpoint, entries in by_owner.items()):
+            self._hand_back_pending = False
+            log.info("%s handed %d restored entries back to %d owners", self.me.endpoint,
+                     sum(map(len, by_owner.values())), len(by_owner))
+
     def push(self, endpoint: str, op: str, entries: list[EntryTuple]) -> bool:
         ok = True
         for batch in batches(entries):
@@ -262,7 +288,9 @@ class Maintainer:
             succs = list(self.routing.successors)
             entries = node.store.select(lambda _k: True)
         if succ != self.me:
-            self.push(succ.endpoint, "handover", entries)
+            if self.push(succ.endpoint, "handover", entries):
+                with node.lock:
+                    node.store.clear()  # all handed over: a restart from --data-dir starts empty
             self.rpc.call(succ.endpoint, "leaving", peer=wire.encode_peer(self.me),
                           predecessor=wire.encode_peer(pred))
         if pred is not None and pred != self.me:

@@ -15,8 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dht import wire
+from dht.durable import DurableStore
 from dht.ids import check_bits, key_id, node_id
 from dht.maintenance import Maintainer
 from dht.records import Record
@@ -42,6 +44,7 @@ class NodeConfig:
     refresh_every: int = 2  # rounds between full replica refreshes
     on_lookup: Callable[[object], None] | None = field(default=None, repr=False)
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
+    data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
 
     def validate(self) -> None:
         check_bits(self.bits)
@@ -72,7 +75,7 @@ class ChordNode:
         nid = config.id if config.id is not None else node_id(config.host, self.server.port, config.bits)
         self.me = Peer(nid, self.server.endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors)
-        self.store = Store(config.bits)
+        self.store = DurableStore(config.bits, config.data_dir, nid) if config.data_dir else Store(config.bits)
         self.rounds = 0
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
@@ -114,6 +117,8 @@ class ChordNode:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        with self.lock:
+            self.store.close()
 
     def leave(self) -> None:
         """Graceful leave: runs in the maintenance thread, which then stops the node."""

@@ -85,3 +85,10 @@ class Store:
 
     def keys(self) -> list[str]:
         return [k for k, e in self._entries.items() if e.value is not None]
+
+    def clear(self) -> None:
+        """Forget everything (after a graceful leave has handed it all over)."""
+        self._entries.clear()
+
+    def close(self) -> None:
+        """Nothing to release in memory; DurableStore closes its database."""

@@ -48,6 +48,23 @@ class Reply:
         return self.body.get(key, default)
 
 
+class RejectLog:
+    """Counts rejected input and logs it at most once per `every` seconds: a flood of garbage
+    must neither fill the log nor cost more than a counter."""
+
+    def __init__(self, what: str, every: float = 5.0) -> None:
+        self.what, self.every = what, every
+        self.count = 0
+        self._last = float("-inf")
+
+    def __call__(self, reason: str) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self._last >= self.every:
+            log.warning("rejected %s (%d so far): %s", self.what, self.count, reason)
+            self._last = now
+
+
 def _base_options(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
@@ -78,8 +95,7 @@ class RpcServer:
             self.port = port
         self.host = host
         self.endpoint = f"{host}:{self.port}"
-        self.rejects = 0
-        self._last_reject_log = 0.0
+        self.reject_log = RejectLog("malformed request")
 
     def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
         """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
@@ -98,6 +114,10 @@ class RpcServer:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+
+    @property
+    def rejects(self) -> int:
+        return self.reject_log.count
 
     def handle_frames(self, frames: list[bytes]) -> list[bytes] | None:
         """Frames from the ROUTER -> frames to send back (or None to drop)."""
@@ -130,11 +150,7 @@ class RpcServer:
             return envelope + [wire.encode_error(rid, "internal error")]
 
     def _reject(self, rid: int | None, err: str) -> bytes:
-        self.rejects += 1
-        now = time.monotonic()
-        if now - self._last_reject_log > 5.0:  # rate-limited: a flood must not fill the log
-            log.warning("rejected malformed message (%d so far): %s", self.rejects, err)
-            self._last_reject_log = now
+        self.reject_log(err)
         return wire.encode_error(rid, err)
 
 

@@ -54,6 +54,7 @@ class Publisher:
         self.context = zmq.Context.instance()
         self.pub = self.context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.SNDHWM, sndhwm)
+        self.pub.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it too
         self.pub.setsockopt(zmq.LINGER, 2000)  # flush what is queued when we close
         if setup is not None:  # in relay mode the PUB connects to the relay: a CURVE client, not a server
             setup(self.pub, mode == "direct")

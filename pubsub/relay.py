@@ -41,6 +41,7 @@ class Relay:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, 100_000)
             sock.setsockopt(zmq.SNDHWM, 100_000)
+            sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
             if setup is not None:
                 setup(sock, True)
         self.in_endpoint = f"{host}:{self.xsub.bind_to_random_port(f'tcp://{host}')}"

@@ -28,7 +28,7 @@ import zmq
 
 from dht import wire
 from dht.client import DhtClient, DhtError
-from dht.transport import RpcClient, RpcServer, SocketSetup
+from dht.transport import RejectLog, RpcClient, RpcServer, SocketSetup
 from pubsub.directory import PublisherEntry, leader
 from pubsub.envelope import Envelope, EnvelopeError
 from pubsub.record_reader import RecordReader
@@ -90,6 +90,8 @@ class Subscriber:
         self.sub = self.context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, rcvhwm)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # larger frames: the peer is dropped
+        self.reject_log = RejectLog("malformed message")
         if setup is not None:
             setup(self.sub, False)
         self.sub.setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
@@ -181,13 +183,16 @@ class Subscriber:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                env = Envelope.decode(frames[-1])
-            except EnvelopeError as exc:
-                log.debug("dropped a malformed message: %s", exc)
+            if len(frames) != 2:
+                self.reject_log(f"{len(frames)} frames, expected topic and envelope")
                 continue
-            if len(frames) != 2 or env.topic != self.topic:
-                continue  # a prefix match on another topic, or junk
+            try:
+                env = Envelope.decode(frames[1])
+            except EnvelopeError as exc:
+                self.reject_log(str(exc))
+                continue
+            if env.topic != self.topic:
+                continue  # a prefix match on another topic
             st = self.states.get(env.publisher)
             if st is not None:
                 self._accept(st, env, recovered=False)
