@@ -41,6 +41,9 @@ import sys, zmq
 ctx = zmq.Context()
 s = ctx.socket(zmq.ROUTER)
 s.setsockopt(zmq.LINGER, 0)
+if len(sys.argv) > 2:  # CURVE: the server's public and secret key (Z85)
+    s.curve_publickey, s.curve_secretkey = sys.argv[2].encode(), sys.argv[3].encode()
+    s.curve_server = True
 port = s.bind_to_random_port("tcp://127.0.0.1")
 open(sys.argv[1], "w").write(str(port))
 while True:
@@ -52,20 +55,24 @@ while True:
 
 
 class RawEchoes:
-    """N bare pyzmq ROUTER echo processes and a DEALER to each, to time raw round trips."""
+    """N bare pyzmq ROUTER echo processes and a DEALER to each, to time raw round trips; with
+    `curve` (a dht.curve.Curve) both ends use CurveZMQ, as chordpub's sockets do under --curve."""
 
-    def __init__(self, tmp: Path, n: int) -> None:
+    def __init__(self, tmp: Path, n: int, curve=None) -> None:  # noqa: ANN001
         self.procs: list[subprocess.Popen] = []
         self.socks: list[zmq.Socket] = []
         try:
             files = []
             for i in range(n):
                 files.append(tmp / f"echo{i}.port")
-                self.procs.append(subprocess.Popen([sys.executable, "-c", ECHO, str(files[-1])]))
+                keys = [curve.server_public.decode(), curve.server_secret.decode()] if curve else []
+                self.procs.append(subprocess.Popen([sys.executable, "-c", ECHO, str(files[-1]), *keys]))
             for f in files:
                 wait_for(lambda f=f: f.exists() and f.read_text(), timeout=30, what="echo server")
                 sock = zmq.Context.instance().socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
+                if curve is not None:
+                    curve.setup(sock, False)
                 sock.connect(f"tcp://127.0.0.1:{f.read_text()}")
                 self.socks.append(sock)
         except BaseException:

@@ -40,6 +40,8 @@ def run(
     stabilize: float = typer.Option(0.5, min=0.05, help="Seconds between the nodes' maintenance rounds."),
     emulation: str = typer.Option("auto", help="Link delay/loss by auto | netem (TCLink) | userspace "
                                   "(topologies.delay_switch; what auto picks on kernels without sch_netem)."),
+    curve: Path = typer.Option(None, help="CURVE keys directory (`chordpub keys generate`): every process "
+                               "runs --curve."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Place DHT nodes, publishers and subscribers on the hosts of TOPO, start them with this CLI inside
@@ -54,7 +56,8 @@ def run(
     config = ExperimentConfig(
         topo=topo, dht=dht or 2, pubs=pubs, subs=subs, delay_ms=parse_delay(delay) if delay else None,
         seconds=seconds, mode=mode, placement=placement, seed=seed, out=out, run=run_name, dht_json=dht_json,
-        bits=bits, rate=rate, size=size, topics=topics, stabilize=stabilize, emulation=emulation)
+        bits=bits, rate=rate, size=size, topics=topics, stabilize=stabilize, emulation=emulation,
+        curve=curve)
     def progress(message: str) -> None:  # for people; scripts get one line on error, as everywhere
         if sys.stderr.isatty():
             typer.echo(f"chordpub: {message}", err=True)

@@ -5,7 +5,7 @@ socket is closed (LINGER 0) and reopened before a bounded number of retries, so 
 a slow peer can never be mistaken for the next one. A failed call is a value (`Reply` with
 ``ok=False``), not an exception thrown far away, as in bmuller/kademlia.
 
-`SocketSetup` is the hook through which CURVE security (issue 7) configures every socket.
+`SocketSetup` is the hook through which CURVE security (dht/curve.py) configures every socket.
 """
 
 from __future__ import annotations

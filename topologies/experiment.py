@@ -58,6 +58,7 @@ class ExperimentConfig:
     stabilize: float = 0.5
     emulation: str = "auto"
     ring_timeout: float = 60.0
+    curve: Path | None = None  # keys directory: every process runs --curve
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -147,7 +148,7 @@ class Experiment:
                 args += ["--id", str(slot.node_id)]
             if first:
                 args += ["--join", first]
-            started = self._spawn(net, slot, args, logs)
+            started = self._spawn(net, slot, args + self._curve(), logs)
             if i == 0:
                 first = self._await_ready(started, logs)
         for started in self.started[1:]:
@@ -160,8 +161,8 @@ class Experiment:
         while time.monotonic() < deadline:
             self._check_alive()
             proc = host.popen([sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
-                               "--expect", str(len(nodes))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL)
+                               "--expect", str(len(nodes)), *self._curve()],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
             try:
                 out, _ = proc.communicate(timeout=20)
             except subprocess.TimeoutExpired:
@@ -207,12 +208,15 @@ class Experiment:
                             "--run", run, "--source", "mininet", "--json",
                             "--seconds", str(cfg.seconds + cfg.ring_timeout + 60),
                             "--trace", str(run_dir / "deliveries" / f"{slot.name}.jsonl")]
-                    self._spawn(net, slot, args, logs, stdout=logs / f"{slot.name}.json")
+                    self._spawn(net, slot, args + self._curve(), logs, stdout=logs / f"{slot.name}.json")
                 else:
                     args = ["pub", "--via", via, "--topic", topic, "--host", ip, "--mode", cfg.mode,
                             "--count", "0", "--rate", str(cfg.rate), "--size", str(cfg.size),
                             "--trace", str(logs / f"{slot.name}.sent.jsonl")]
-                    self._spawn(net, slot, args, logs)
+                    self._spawn(net, slot, args + self._curve(), logs)
+
+    def _curve(self) -> list[str]:
+        return ["--curve", str(Path(self.config.curve).resolve())] if self.config.curve else []
 
     def _check_alive(self) -> None:
         for s in self.started:

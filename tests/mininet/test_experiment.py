@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dht.curve import generate
 from tests.conftest import one_error_line, run_cli
 from topologies.experiment import Experiment, ExperimentConfig, ExperimentError
 from traces.schema import normalize
@@ -73,11 +74,13 @@ def test_the_acceptance_command_from_the_cli(clean_host, tmp_path):
 
 
 def test_a_course_dht_json_forms_the_ring_with_its_ids(clean_host, tmp_path):
+    """...with every process under --curve too (the course's hosts, our keys)."""
     course = {"dht": [{"id": f"dht{i}", "hash": h, "IP": f"10.0.0.{i}", "port": 5555, "host": f"h{i}"}
                       for i, h in ((1, 51000), (2, 7), (3, 30211), (4, 65535))]}
     (tmp_path / "dht.json").write_text(json.dumps(course))
     cfg = ExperimentConfig(topo="single,4,delay=1ms", pubs=1, subs=1, seconds=2, out=tmp_path, run="c",
-                           dht_json=tmp_path / "dht.json", bits=16)
+                           dht_json=tmp_path / "dht.json", bits=16, curve=tmp_path / "keys")
+    generate(tmp_path / "keys")
     summary = Experiment(cfg).run()
     manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
     nodes = [p for p in manifest["placement"] if p["role"] == "dht"]
@@ -86,6 +89,7 @@ def test_a_course_dht_json_forms_the_ring_with_its_ids(clean_host, tmp_path):
     assert summary["ring"]["consistent"] and summary["ring"]["nodes"] == 4
     origins = {r["origin"] for r in rows(tmp_path / "c" / "lookups")}
     assert origins <= {str(e["hash"]) for e in course["dht"]} and origins
+    assert summary["deliveries"] > 0
 
 
 def test_a_failure_after_the_processes_started_leaves_nothing_behind(clean_host, tmp_path):
