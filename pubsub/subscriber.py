@@ -183,21 +183,26 @@ class Subscriber:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if len(frames) != 2:
-                self.reject_log(f"{len(frames)} frames, expected topic and envelope")
-                continue
-            try:
-                env = Envelope.decode(frames[1])
-            except EnvelopeError as exc:
-                self.reject_log(str(exc))
-                continue
-            if env.topic != self.topic:
-                continue  # a prefix match on another topic
-            st = self.states.get(env.publisher)
-            if st is not None:
-                self._accept(st, env, recovered=False)
-            elif env.publisher not in self.stats.unmatched:
-                self._hold(env)
+            self.on_message(frames)
+
+    def on_message(self, frames: list[bytes]) -> None:
+        """One message from the SUB socket: checked (frame count, envelope types, topic) before
+        anything is touched; a matched publisher's goes to delivery, a stranger's is held."""
+        if len(frames) != 2:
+            self.reject_log(f"{len(frames)} frames, expected topic and envelope")
+            return
+        try:
+            env = Envelope.decode(frames[1])
+        except EnvelopeError as exc:
+            self.reject_log(str(exc))
+            return
+        if env.topic != self.topic:
+            return  # a prefix match on another topic
+        st = self.states.get(env.publisher)
+        if st is not None:
+            self._accept(st, env, recovered=False)
+        elif env.publisher not in self.stats.unmatched:
+            self._hold(env)
 
     def _hold(self, env: Envelope) -> None:
         """Keep a not-yet-matched publisher's message (bounded) and ask the ring about it soon."""

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from dht import wire
 from dht.node import ChordNode, NodeConfig
+from pubsub.directory import PublisherEntry
 from pubsub.envelope import Envelope, EnvelopeError
 from pubsub.publisher import REPAIR_SCHEMAS, Publisher
-from pubsub.subscriber import NOTIFY_SCHEMAS, Subscriber
+from pubsub.subscriber import NOTIFY_SCHEMAS, PENDING_LIMIT, Subscriber
 
 SIZES = [pytest.param(300, id="300"), pytest.param(10_000, id="10k", marks=pytest.mark.slow)]
 
@@ -149,5 +150,37 @@ def test_the_subscriber_notify_handler_changes_nothing(examples):
             assert not subscriber.states and subscriber.stats.received == 0
 
         fuzz(examples, frame_lists(NOTIFY_SCHEMAS), check)
+    finally:
+        subscriber.close(unregister=False)
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_the_subscriber_message_path_delivers_only_real_envelopes_of_its_publishers(examples):
+    """SUB socket input: whatever arrives, only a well-formed envelope of a matched publisher on our
+    topic is delivered; a stranger's is held (bounded) until the record says who it is."""
+    subscriber = Subscriber("127.0.0.1:1", "fuzzed")
+    known = "127.0.0.1:2000"
+    subscriber._reconcile([PublisherEntry(known, known, "127.0.0.1:2001")])
+    envelopes = st.builds(Envelope, st.sampled_from(["fuzzed", "fuzzed-other", "x"]),
+                          st.sampled_from([known, "127.0.0.1:9"]) | st.text(max_size=12),
+                          st.integers(min_value=1, max_value=2**64 - 1), st.integers(min_value=0, max_value=2**63),
+                          st.binary(max_size=30)).map(lambda e: [e.topic.encode(), e.encode()])
+    frames = envelopes | st.lists(st.binary(max_size=40) | values.map(_pack), max_size=4)
+    try:
+        def check(message: list[bytes]) -> None:
+            before = subscriber.stats.received
+            subscriber.on_message(message)
+            try:
+                env = Envelope.decode(message[1]) if len(message) == 2 else None
+            except EnvelopeError:
+                env = None
+            delivered = subscriber.stats.received - before
+            assert delivered <= 1
+            if delivered:
+                assert env is not None and env.topic == "fuzzed" and env.publisher == known
+            assert known not in subscriber.pending  # a matched publisher's messages are never held
+            assert subscriber._pending_count <= PENDING_LIMIT
+
+        fuzz(examples, frames, check)
     finally:
         subscriber.close(unregister=False)
