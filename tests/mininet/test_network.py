@@ -66,3 +66,14 @@ def test_bulk_tcp_crosses_the_userspace_switch_intact(clean_host):
                     p.kill()
                     p.wait()
         assert len(got.strip()) == 64 and got.strip() == sent.strip()
+
+
+def test_userspace_switch_drops_with_the_links_loss(clean_host):
+    """single,2 with 10% loss per link: a ping crosses four lossy link traversals (there and back),
+    so about 1 - 0.9**4 = 34% of them are lost."""
+    with mininet_network(build("single,2,delay=0.5ms,loss=10"), emulation="userspace", seed=3) as net:
+        h1, h2 = net.hosts()
+        h1.cmd(f"ping -c 3 -i 0.05 -W 1 {h2.IP()}")  # ARP settled first (it crosses lossy links too)
+        out = h1.cmd(f"ping -c 300 -i 0.01 -W 1 {h2.IP()}")
+        lost = float(re.search(r"([\d.]+)% packet loss", out).group(1))
+        assert 22 <= lost <= 46, out[-300:]
