@@ -300,12 +300,13 @@ def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishin
          out: Path = typer.Option(Path("runs"), help="Where the run directory goes."),
          nodes: int = typer.Option(8, min=1, max=256, help="Ring size."),
          lookups: int = typer.Option(1000, min=1, help="Lookups of random topic names."),
+         curve: Path = typer.Option(None, help=CURVE_HELP + " Every process of the demo runs --curve."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """The main job: a local ring, lookups from random nodes, then 3 publishers and 3 subscribers on
     overlapping topics (direct, then relay), and what they measured."""
     from chordpub.demo import run_demo
 
-    run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json)
+    run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json, curve=curve)
 
 
 @app.command("keyid", hidden=True)

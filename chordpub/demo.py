@@ -22,6 +22,7 @@ import numpy as np
 from chordpub.demo_pubsub import pubsub_table, run_pubsub
 from chordpub.launcher import LocalRing, NodeProcess
 from dht.client import DhtClient
+from dht.transport import SocketSetup
 from traces.report import render
 from traces.writer import JsonlWriter, make_run_dir
 
@@ -55,7 +56,8 @@ def table(summary: dict) -> str:
 
 
 def trace_lookups(nodes: list[NodeProcess], lookups: int, path: Path, run: str, rng: random.Random,
-                  timeout: float = 1.0, retries: int = 1) -> tuple[list[int], list[float], int]:
+                  timeout: float = 1.0, retries: int = 1,
+                  setup: SocketSetup | None = None) -> tuple[list[int], list[float], int]:
     """`lookups` lookups of random names, each from a random one of `nodes`, traced to `path`.
 
     Returns (hops, ms) of the successful ones and the number that failed. `timeout`/`retries` are
@@ -66,7 +68,7 @@ def trace_lookups(nodes: list[NodeProcess], lookups: int, path: Path, run: str, 
     hops: list[int] = []
     ms: list[float] = []
     failed = 0
-    with DhtClient(endpoints[0], timeout=timeout, retries=retries) as client, \
+    with DhtClient(endpoints[0], timeout=timeout, retries=retries, setup=setup) as client, \
             JsonlWriter(path, "lookups") as trace:
         for i in range(lookups):
             origin = rng.choice(endpoints)
@@ -94,25 +96,34 @@ def spark_summary(run_dir: Path) -> dict:
 
 
 def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Path = Path("runs"),
-             as_json: bool = False, seed: int | None = None) -> dict:
+             as_json: bool = False, seed: int | None = None, curve: Path | None = None) -> dict:
+    """The main job (`make demo`); with `curve` (a keys directory) every process and socket runs CurveZMQ."""
     rng = random.Random(seed)
     run = time.strftime("demo-%Y%m%d-%H%M%S")
-    run_dir = make_run_dir(out, run, {"nodes": nodes, "lookups": lookups, "seconds": seconds})
+    run_dir = make_run_dir(out, run, {"nodes": nodes, "lookups": lookups, "seconds": seconds,
+                                      "curve": str(curve) if curve else None})
+    setup = None
+    if curve is not None:
+        from dht.curve import socket_setup
+
+        setup = socket_setup(curve, "client")
     say = (lambda *_: None) if as_json else print
     with tempfile.TemporaryDirectory(prefix="chordpub-demo-") as tmp, \
-            LocalRing(Path(tmp), options={"stabilize": 0.2}) as ring:
+            LocalRing(Path(tmp), options={"stabilize": 0.2, "curve": curve}, setup=setup) as ring:
         say(f"starting a ring of {nodes} discovery nodes on 127.0.0.1 ...")
         ring.start(nodes)
         report, took = ring.wait_consistent(timeout=60)
         say(f"ring consistent after {took:.1f}s ({report['nodes']} nodes)")
         endpoints = [n.endpoint for n in ring.nodes]
         say(f"{lookups} lookups of random topic names from random nodes ...")
-        hops, ms, failed = trace_lookups(ring.nodes, lookups, run_dir / "lookups" / "demo.jsonl", run, rng)
+        hops, ms, failed = trace_lookups(ring.nodes, lookups, run_dir / "lookups" / "demo.jsonl", run, rng,
+                                         setup=setup)
         summary = summarize(nodes, hops, ms, failed)
         if not as_json:
             print("\nlookups on the live ring")
             print(table(summary) + "\n")
-        pubsub = run_pubsub(endpoints, seconds, run, run_dir, Path(tmp), say=say) if seconds > 0 else {}
+        pubsub = (run_pubsub(endpoints, seconds, run, run_dir, Path(tmp), say=say, curve=curve, setup=setup)
+                  if seconds > 0 else {})
     summary["pubsub"] = pubsub
     summary["run_dir"] = str(run_dir)
     say("\nthe Spark summary of this run's traces (chordpub analyze) ...")

@@ -19,6 +19,7 @@ import numpy as np
 
 from chordpub.launcher import stop_processes, wait_for
 from dht.client import DhtClient
+from dht.transport import SocketSetup
 from pubsub.directory import Directory
 
 PUBLISHERS = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
@@ -41,18 +42,21 @@ def _spawn(logdir: Path, name: str, args: list[str]) -> subprocess.Popen:
         log.close()
 
 
-def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir: Path, logdir: Path) -> None:
+def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir: Path, logdir: Path,
+              curve: Path | None = None, setup: SocketSetup | None = None) -> None:
     """Start the subscribers, wait until the ring knows them, then the publishers; wait for all."""
     count = max(int(RATE * seconds), 1)
     expected = {t: count * list(PUBLISHERS.values()).count(t) for t in set(PUBLISHERS.values())}
     procs: list[subprocess.Popen] = []
+    keys = ["--curve", str(curve)] if curve else []
     try:
         for i, (name, topic) in enumerate(SUBSCRIBERS.items()):
             procs.append(_spawn(logdir, f"{mode}-{name}", [
                 "sub", "--via", endpoints[i % len(endpoints)], "--topic", topic, "--mode", mode,
                 "--count", str(expected[topic]), "--seconds", str(seconds + 30), "--heartbeat", "0.5",
-                "--run", run, "--json", "--trace", str(run_dir / "deliveries" / f"{mode}-{name}.jsonl")]))
-        with DhtClient(endpoints[0]) as client:
+                "--run", run, "--json", "--trace", str(run_dir / "deliveries" / f"{mode}-{name}.jsonl"),
+                *keys]))
+        with DhtClient(endpoints[0], setup=setup) as client:
             directory = Directory(client)
             wanted = {t: list(SUBSCRIBERS.values()).count(t) for t in set(SUBSCRIBERS.values())}
             wait_for(lambda: all(directory.info(t)["subscribers"] >= n for t, n in wanted.items()),
@@ -60,7 +64,7 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
         pubs = [_spawn(logdir, f"{mode}-{name}", [
             "pub", "--via", endpoints[-1 - i % len(endpoints)], "--topic", topic, "--mode", mode,
             "--count", str(count), "--rate", str(RATE), "--linger", "1", "--heartbeat", "0.5",
-            "--trace", str(run_dir / "sent" / f"{mode}-{name}.jsonl")]) for i, (name, topic) in enumerate(
+            "--trace", str(run_dir / "sent" / f"{mode}-{name}.jsonl"), *keys]) for i, (name, topic) in enumerate(
             PUBLISHERS.items())]
         procs += pubs
         for p in pubs:
@@ -103,7 +107,7 @@ def phase_table(mode: str, run_dir: Path) -> dict[str, dict]:
 
 
 def run_pubsub(endpoints: list[str], seconds: float, run: str, run_dir: Path, logdir: Path,
-               say=print) -> dict[str, dict]:  # noqa: ANN001
+               say=print, curve: Path | None = None, setup: SocketSetup | None = None) -> dict[str, dict]:  # noqa: ANN001
     """Both modes, `seconds / 2` of publishing each; returns {mode: {topic: figures}}."""
     (run_dir / "deliveries").mkdir(parents=True, exist_ok=True)
     (run_dir / "sent").mkdir(parents=True, exist_ok=True)
@@ -112,7 +116,7 @@ def run_pubsub(endpoints: list[str], seconds: float, run: str, run_dir: Path, lo
         say(f"{mode}: 3 publishers (alpha, beta, alpha) and 3 subscribers (alpha, beta, alpha), "
             f"{RATE:g} msg/s each for {seconds / 2:g}s ...")
         t0 = time.monotonic()
-        run_phase(mode, endpoints, seconds / 2, run, run_dir, logdir)
+        run_phase(mode, endpoints, seconds / 2, run, run_dir, logdir, curve, setup)
         results[mode] = phase_table(mode, run_dir)
         say(f"  done in {time.monotonic() - t0:.1f}s")
     return results

@@ -138,3 +138,15 @@ def test_the_wire_carries_no_topic_and_no_payload_under_curve(ring_factory, keys
     with LoopbackCapture() as wire:
         assert exchange(plain, "plain-topic-name", b"PLAIN-PAYLOAD-" * 4, lambda role: None) >= 5
     assert b"plain-topic-name" in wire.data and b"PLAIN-PAYLOAD-" in wire.data
+
+
+def test_the_demo_runs_every_process_under_curve(keys, tmp_path):
+    proc = run_cli("demo", "--curve", str(keys), "--seconds", "2", "--nodes", "3", "--lookups", "50",
+                   "--out", str(tmp_path), "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["lookups"] == 50 and summary["failed"] == 0
+    for mode in ("direct", "relay"):
+        assert all(t["delivered"] > 0.5 * t["expected"] and t["duplicates"] == 0
+                   for t in summary["pubsub"][mode].values())
+    assert json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())["config"]["curve"] == str(keys)
