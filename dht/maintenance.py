@@ -257,13 +257,15 @@ class Maintainer:
             start = self.routing.successor.endpoint
             foreign = node.store.select(lambda k: not self.routing.owns(k))
         by_owner: dict[str, list[EntryTuple]] = {}
-        for entry in foreign:
-            found = iterative_lookup(key_id(entry[0], self.config.bits), start, self.remote_ask,
-                                     max_steps=4 * self.config.bits + 16)
-            if not found.ok or found.owner is None:
-                return  # try again next round
-            if found.owner != self.me:
-                by_owner.setdefault(found.owner.endpoint, []).append(entry)
+        covered: tuple[int, Peer] | None = None  # (k, successor(k)): no node in [k, owner), so one lookup serves all
+        for k, entry in sorted((key_id(e[0], self.config.bits), e) for e in foreign):
+            if covered is None or not in_half_open(k, covered[0] - 1, covered[1].id):
+                found = iterative_lookup(k, start, self.remote_ask, max_steps=4 * self.config.bits + 16)
+                if not found.ok or found.owner is None:
+                    return  # try again next round
+                covered = (k, found.owner)
+            if covered[1] != self.me:
+                by_owner.setdefault(covered[1].endpoint, []).append(entry)
         if all(self.push(endpoint, "handover", entries) for endpoint, entries in by_owner.items()):
             self._hand_back_pending = False
             log.info("%s handed %d restored entries back to %d owners", self.me.endpoint,
