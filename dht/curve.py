@@ -4,7 +4,9 @@
 role: `server` is what every listening socket presents (node RPC, relay, publisher PUB and
 repair, subscriber notify), so a connecting socket always knows which key to expect without
 knowing what kind of process it reaches; `node`, `publisher`, `subscriber` and `client` (the CLI's
-one-shot commands) are what each process presents when it connects. `DIR/authorized/` holds the
+one-shot commands) are what each process presents when it connects. The server's secret key is
+needed only by processes that listen (nodes, publishers, subscribers); a `client` never loads it,
+so a host that only runs one-shot commands can be given DIR without `server.key_secret`. `DIR/authorized/` holds the
 public keys that servers admit; removing one there revokes that role. A listening socket answers
 only clients whose key is in `authorized/` (ZAP, RFC 27), and everything on the wire is encrypted
 (CurveZMQ, RFC 26): no topic, key or payload in clear.
@@ -61,7 +63,7 @@ class Curve:
     public: bytes
     secret: bytes
     server_public: bytes
-    server_secret: bytes
+    server_secret: bytes | None  # None for the client role, which never listens
 
     @classmethod
     def load(cls, directory: Path, role: str) -> Curve:
@@ -70,9 +72,10 @@ class Curve:
         directory = Path(directory)
         if not directory.is_dir():
             raise CurveError(f"no keys directory {directory} (make one with `chordpub keys generate DIR`)")
+        server_file = f"{SERVER}.key" if role == "client" else f"{SERVER}.key_secret"
         try:
             public, secret = zmq.auth.load_certificate(str(directory / f"{role}.key_secret"))
-            server_public, server_secret = zmq.auth.load_certificate(str(directory / f"{SERVER}.key_secret"))
+            server_public, server_secret = zmq.auth.load_certificate(str(directory / server_file))
         except (OSError, ValueError) as exc:
             raise CurveError(f"cannot read the {role} or server keys in {directory}: {exc}") from None
         if not (directory / "authorized").is_dir():
@@ -83,6 +86,8 @@ class Curve:
         """The SocketSetup hook: a server presents the server identity and asks ZAP; a client
         presents its role's key and expects the server's."""
         if is_server:
+            if self.server_secret is None:
+                raise CurveError(f"the {self.role} role has no server key to listen with")
             sock.curve_publickey = self.server_public
             sock.curve_secretkey = self.server_secret
             sock.curve_server = True

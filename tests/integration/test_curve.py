@@ -57,11 +57,18 @@ def test_a_curve_ring_serves_clients_with_the_keys_and_no_one_else(ring_factory,
     stranger.mkdir()
     for role in ROLES:
         shutil.copy(keys / f"{role}.key_secret", stranger / f"{role}.key_secret")
+    shutil.copy(keys / "server.key", stranger / "server.key")
     (stranger / "authorized").mkdir()
     os.remove(stranger / "client.key_secret")
     zmq.auth.create_certificates(str(stranger), "client")
     one_error_line(run_cli("node", "lookup", ep, "some-topic", "--curve", str(stranger)), "no reply from")
     one_error_line(run_cli("node", "info", ep, "--curve", str(tmp_path / "missing")), "no keys directory")
+    # one-shot commands need neither the server's secret nor the other roles' keys
+    cli_only = tmp_path / "cli-only"
+    (cli_only / "authorized").mkdir(parents=True)
+    for name in ("server.key", "client.key", "client.key_secret"):
+        shutil.copy(keys / name, cli_only / name)
+    assert run_cli("node", "info", ep, "--curve", str(cli_only), "--json").returncode == 0
 
 
 class LoopbackCapture:
