@@ -9,7 +9,6 @@ subscriber delivered (`deliveries/`, the trace schema), per topic.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -21,16 +20,11 @@ from chordpub.launcher import stop_processes, wait_for
 from dht.client import DhtClient
 from dht.transport import SocketSetup
 from pubsub.directory import Directory
+from traces.writer import read_jsonl
 
 PUBLISHERS = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
 SUBSCRIBERS = {"s1": "alpha", "s2": "beta", "s3": "alpha"}
 RATE = 100.0
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
 def _spawn(logdir: Path, name: str, args: list[str]) -> subprocess.Popen:

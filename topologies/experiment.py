@@ -28,7 +28,7 @@ import numpy as np
 from topologies.graphs import build, describe
 from topologies.mininet_net import Network, mininet_network
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
-from traces.writer import make_run_dir
+from traces.writer import make_run_dir, read_jsonl
 
 MODES = ("direct", "relay")
 
@@ -283,12 +283,12 @@ def summarize(run_dir: Path) -> dict:
     """Deliveries, their latency p50/p99/min, lookups and their mean hops, from RUN's JSON Lines."""
     latencies, lookups_hops, modes = [], [], set()
     for f in sorted((run_dir / "deliveries").glob("*.jsonl")):
-        for row in _rows(f):
+        for row in read_jsonl(f):
             latencies.append(float(row["latency_ms"]))
             modes.add(row.get("mode"))
     for f in sorted((run_dir / "lookups").glob("*.jsonl")):
-        lookups_hops += [int(r["hops"]) for r in _rows(f) if r.get("ok", True)]
-    sent = sum(sum(1 for _ in _rows(f)) for f in (run_dir / "logs").glob("*.sent.jsonl"))
+        lookups_hops += [int(r["hops"]) for r in read_jsonl(f) if r.get("ok", True)]
+    sent = sum(len(read_jsonl(f)) for f in (run_dir / "logs").glob("*.sent.jsonl"))
     lat = np.asarray(latencies)
     return {
         "sent": sent, "deliveries": int(lat.size), "modes": sorted(m for m in modes if m),
@@ -298,17 +298,6 @@ def summarize(run_dir: Path) -> dict:
         "lookups": len(lookups_hops),
         "mean_hops": _round(np.mean(lookups_hops)) if lookups_hops else None,
     }
-
-
-def _rows(path: Path):  # -> Iterator[dict]
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by SIGKILL
 
 
 def _round(x: float) -> float:

@@ -140,3 +140,21 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The whole rows of a JSON Lines file written here ([] if it does not exist): a line torn by a
+    process killed mid-write is skipped, as the module docstring promises."""
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
