@@ -1,13 +1,13 @@
 """CurveZMQ for every socket: keys per role, one server identity, a ZAP authenticator (pyzmq's).
 
 `chordpub keys generate DIR` writes, with pyzmq's zmq.auth certificate helpers, one keypair per
-role: `server` is what every listening socket presents (node RPC, relay, publisher PUB and
-repair, subscriber notify), so a connecting socket always knows which key to expect without
-knowing what kind of process it reaches; `node`, `publisher`, `subscriber` and `client` (the CLI's
-one-shot commands) are what each process presents when it connects. The server's secret key is
-needed only by processes that listen (nodes, publishers, subscribers); a `client` never loads it,
-so a host that only runs one-shot commands can be given DIR without `server.key_secret`. `DIR/authorized/` holds the
-public keys that servers admit; removing one there revokes that role. A listening socket answers
+role: `server` is what every listening socket presents (node RPC, relay, publisher PUB and repair,
+subscriber notify), so a connecting socket always knows which key to expect without knowing what
+kind of process it reaches; `node`, `publisher`, `subscriber` and `client` (the CLI's one-shot
+commands) are what each process presents when it connects. The server's secret key is needed only by
+processes that listen (nodes, publishers, subscribers); a `client` never loads it, so a host that
+only runs one-shot commands can be given DIR without `server.key_secret`. `DIR/authorized/` holds
+the public keys that servers admit; removing one there revokes that role. A listening socket answers
 only clients whose key is in `authorized/` (ZAP, RFC 27), and everything on the wire is encrypted
 (CurveZMQ, RFC 26): no topic, key or payload in clear.
 

@@ -48,7 +48,7 @@ class Maintainer:
         self._last_links: tuple = ()
         self._quiet_rounds = 0
         self._next_finger = 0
-        self._hand_back_pending = getattr(node.store, "loaded", 0) > 0  # restarted from --data-dir
+        self._hand_back_pending = node.store.loaded > 0  # restarted from --data-dir
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock

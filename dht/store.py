@@ -32,6 +32,7 @@ class Store:
     def __init__(self, bits: int) -> None:
         self.bits = bits
         self._entries: dict[str, Entry] = {}
+        self.loaded = 0  # entries restored from disk at start (DurableStore)
 
     def write(self, key: str, value: bytes | None, version: int, now: float, record: bool = False) -> bool:
         """Apply a write (value None = delete) if it is not older than what is held."""
