@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 ENTRY_BATCH_BYTES = 256 * 1024
 QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
-WATCHER_TIMEOUT = 0.25
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -43,7 +42,6 @@ class Maintainer:
         self.config = node.config
         self.me = node.me
         self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
-        self.watch_rpc = RpcClient(timeout=WATCHER_TIMEOUT, retries=0, setup=node.setup)
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
         self._quiet_rounds = 0
@@ -73,8 +71,6 @@ class Maintainer:
                         self.handover(*arg)
                     elif kind == "replicate":
                         self.replicate(force=True)
-                    elif kind == "notify_watchers":
-                        self.notify_watchers(arg)
                     elif time.monotonic() >= next_round:
                         self.round()
                         next_round = time.monotonic() + self.config.stabilize * random.uniform(0.9, 1.1)
@@ -82,7 +78,6 @@ class Maintainer:
                     log.exception("maintenance step %s failed", kind)
         finally:
             self.rpc.close()
-            self.watch_rpc.close()
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self) -> None:
@@ -320,19 +315,7 @@ class Maintainer:
                 if fields_gone:
                     changed.append(key)
         for key in changed:
-            self.notify_watchers(key)
-
-    def notify_watchers(self, key: str) -> None:
-        """Send the record's live fields to every live watcher ("changed"); a dead one just misses it."""
-        now = time.time()
-        with self.node.lock:
-            raw = self.node.store.get(key)
-            if raw is None or not self.node.store.is_record(key):
-                return
-            rec = Record.decode(raw)
-        fields = rec.view(now)
-        for endpoint in rec.live_watchers(now):
-            self.watch_rpc.call(endpoint, "changed", key=key, fields=fields)
+            node.changed_records.put(key)
 
 
 def batches(entries: list[EntryTuple]) -> list[list[EntryTuple]]:

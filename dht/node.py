@@ -21,6 +21,7 @@ from dht import wire
 from dht.durable import DurableStore
 from dht.ids import check_bits, key_id, node_id
 from dht.maintenance import Maintainer
+from dht.notifier import Notifier
 from dht.records import Record
 from dht.routing import Peer, RoutingTable
 from dht.store import Store
@@ -71,6 +72,7 @@ class ChordNode:
         self.stopped = threading.Event()
         self.joined = threading.Event()
         self.jobs: queue.Queue[tuple[str, object]] = queue.Queue()
+        self.changed_records: queue.Queue[str] = queue.Queue()  # keys whose watchers dht/notifier.py tells
         self.server = RpcServer(config.host, config.port, self._handle, setup=setup)
         nid = config.id if config.id is not None else node_id(config.host, self.server.port, config.bits)
         self.me = Peer(nid, self.server.endpoint)
@@ -106,7 +108,8 @@ class ChordNode:
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> ChordNode:
         maintainer = Maintainer(self)
-        for name, target in (("server", self._serve), ("maintenance", maintainer.run)):
+        for name, target in (("server", self._serve), ("maintenance", maintainer.run),
+                             ("notifier", Notifier(self).run)):
             t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -216,7 +219,7 @@ class ChordNode:
             raise Refused(str(exc)) from None
         self.write_record(req["key"], rec)
         if news:
-            self.jobs.put(("notify_watchers", req["key"]))
+            self.changed_records.put(req["key"])
         return {}
 
     def _on_del_field(self, req: dict) -> dict:
@@ -224,7 +227,7 @@ class ChordNode:
         rec = self._record(req["key"])
         if rec.del_field(req["field"]):
             self.write_record(req["key"], rec)
-            self.jobs.put(("notify_watchers", req["key"]))
+            self.changed_records.put(req["key"])
         return {}
 
     def _on_watch(self, req: dict) -> dict:
