@@ -6,7 +6,9 @@ or emulated network (on Mininet with 5 ms links, ~150 ms every heartbeat). Done 
 drains the SUB socket they hold every message back that long and the measured latency with it, so
 they run here, on a thread with its own DhtClient (ZeroMQ sockets are not shared between
 threads). Each read's result is queued and the delivery loop is woken through an inproc socket
-that it polls beside its SUB socket; the delivery thread alone changes subscriber state.
+that it polls beside its SUB socket; the delivery thread alone changes subscriber state. Hints
+(a push from the owner) are read by the delivery thread itself, at once: they are rare, and a read
+queued behind a renewal in progress would make a new publisher wait for both.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ JOIN_TIMEOUT = 10.0  # a read in flight is a lookup and an RPC, each 1 s x 2 tri
 
 
 class RecordReader:
-    """Every heartbeat: renew the subscription lease and read the publishers; also on `request()`."""
+    """Every heartbeat: renew the subscription lease and read the publishers."""
 
     def __init__(self, via: str, topic: str, subscriber_id: str, notify: str, heartbeat: float,
                  context: zmq.Context, setup: SocketSetup | None = None) -> None:
@@ -40,8 +42,7 @@ class RecordReader:
         self.wakeup = context.socket(zmq.PULL)  # the delivery thread polls this
         self.wakeup.setsockopt(zmq.LINGER, 0)
         self.wakeup.bind(self.address)
-        self._results: queue.SimpleQueue[list[PublisherEntry]] = queue.SimpleQueue()
-        self._asked = threading.Event()
+        self._results: queue.SimpleQueue[tuple[float, list[PublisherEntry]]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"record-{topic}", daemon=True)
 
@@ -51,12 +52,9 @@ class RecordReader:
             self._thread.start()
         return self
 
-    def request(self) -> None:
-        """Read the record again soon (a hint arrived: a push, a stranger's message)."""
-        self._asked.set()
-
-    def latest(self) -> list[PublisherEntry] | None:
-        """The newest publishers read since the last call, or None (called by the delivery thread)."""
+    def latest(self) -> tuple[float, list[PublisherEntry]] | None:
+        """(when the read started, the publishers) of the newest read since the last call, or None
+        (called by the delivery thread)."""
         while True:
             try:
                 self.wakeup.recv(zmq.NOBLOCK)
@@ -71,7 +69,6 @@ class RecordReader:
 
     def close(self, unregister: bool = True) -> None:
         self._stopping.set()
-        self._asked.set()
         if self._thread.is_alive():
             self._thread.join(timeout=JOIN_TIMEOUT)
         if unregister:
@@ -86,20 +83,18 @@ class RecordReader:
         wake = self.context.socket(zmq.PUSH)
         wake.setsockopt(zmq.LINGER, 0)
         wake.connect(self.address)
-        next_renewal = 0.0
         try:
             while not self._stopping.is_set():
-                self._asked.clear()
+                next_renewal = time.monotonic() + self.heartbeat
                 try:
-                    if time.monotonic() >= next_renewal:
-                        next_renewal = time.monotonic() + self.heartbeat
-                        self.directory.register_subscriber(self.topic, self.subscriber_id, self.notify)
-                    self._results.put(self.directory.publishers(self.topic))
+                    self.directory.register_subscriber(self.topic, self.subscriber_id, self.notify)
+                    started = time.monotonic()
+                    self._results.put((started, self.directory.publishers(self.topic)))
                     wake.send(b"", zmq.NOBLOCK)
                 except DhtError as exc:
                     log.warning("directory unavailable: %s", exc)
                 except zmq.Again:
                     pass  # the delivery thread has wake-ups queued already
-                self._asked.wait(max(next_renewal - time.monotonic(), 0.0))
+                self._stopping.wait(max(next_renewal - time.monotonic(), 0.0))
         finally:
             wake.close()

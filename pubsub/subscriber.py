@@ -3,8 +3,10 @@
 One thread delivers, polling three sockets: the SUB socket connected straight to every matched
 publisher's PUB socket, a notify ROUTER on which the topic's owner says when a publisher appears
 or goes, and the wake-up of the RecordReader thread, which renews our lease and reads the record
-every heartbeat (so nothing is missed when the owner changes) and on every hint, off the
-delivery path (record_reader.py says why). Per publisher:
+every heartbeat (so nothing is missed when the owner changes), off the delivery path
+(record_reader.py says why). A hint (a push, a stranger's message) is acted on at once, here: one
+read of the record, only when the publishers change. Every read carries the time it started, and
+an older one never overrides a newer one. Per publisher:
 - history on join (`history` > 0): the last k messages, marked recovered. A publisher that offers
   fewer than k is not matched, and we say so (offered >= requested);
 - reliable mode: in-order delivery by sequence number from 1, duplicates dropped, gaps (the slow
@@ -29,7 +31,7 @@ import zmq
 from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.transport import RejectLog, RpcClient, RpcServer, SocketSetup
-from pubsub.directory import PublisherEntry, leader
+from pubsub.directory import Directory, PublisherEntry, leader
 from pubsub.envelope import Envelope, EnvelopeError
 from pubsub.record_reader import RecordReader
 from pubsub.relay import SERVICE_OUT, DirectRoute, RelayRoute, Route
@@ -98,7 +100,9 @@ class Subscriber:
         self.notify = RpcServer(host, 0, self._on_notify, setup=setup, schemas=NOTIFY_SCHEMAS)
         self.id = self.notify.endpoint
         self.client = DhtClient(via, timeout=1.0, retries=1, setup=setup)
+        self.directory = Directory(self.client, heartbeat)  # hint-driven reads, on this thread
         self.reader = RecordReader(via, topic, self.id, self.notify.endpoint, heartbeat, self.context, setup)
+        self._read_at = float("-inf")  # when the read last applied started
         self.repair = RpcClient(timeout=1.0, retries=1, setup=setup)
         self.states: dict[str, PublisherState] = {}
         if mode not in ("direct", "relay"):
@@ -111,6 +115,7 @@ class Subscriber:
         # kept until the next read of the record matches (or drops) it
         self.pending: dict[str, list[Envelope]] = {}
         self._pending_count = 0
+        self._changed = False
         self._stranger_reread_at = 0.0
         self._next_heartbeat = 0.0
 
@@ -138,14 +143,30 @@ class Subscriber:
                 wait = min(wait, deadline - time.monotonic())
             events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
             if self.reader.wakeup in events:
-                publishers = self.reader.latest()
-                if publishers is not None:
-                    self._reconcile(publishers)
+                read = self.reader.latest()
+                if read is not None:
+                    self._apply(*read)
             if self.notify.socket in events:
                 self._drain_notify()
             if self.sub in events:
                 self._drain_sub(count)
+            if self._changed:
+                self._reread()
         return self.stats
+
+    def _apply(self, started: float, publishers: list[PublisherEntry]) -> None:
+        if started > self._read_at:
+            self._read_at = started
+            self._reconcile(publishers)
+
+    def _reread(self) -> None:
+        """Act on a hint by reading the record back from the ring (never trusting the hint itself)."""
+        self._changed = False
+        started = time.monotonic()
+        try:
+            self._apply(started, self.directory.publishers(self.topic))
+        except DhtError as exc:
+            log.warning("directory unavailable: %s", exc)
 
     def close(self, unregister: bool = True) -> None:
         self.reader.close(unregister)
@@ -174,7 +195,7 @@ class Subscriber:
         if req["key"] != self.topic:
             raise wire.WireError(f"not watching {req['key']!r}")
         # a hint, never trusted: a forged or stale one costs a read of the record, nothing more
-        self.reader.request()
+        self._changed = True  # acted on after the reply, outside the handler
         return {}
 
     def _drain_sub(self, count: int | None) -> None:
@@ -212,7 +233,7 @@ class Subscriber:
         now = time.monotonic()
         if now >= self._stranger_reread_at:
             self._stranger_reread_at = now + self.heartbeat / 10
-            self.reader.request()
+            self._changed = True
 
     # -- publishers come and go --------------------------------------------------------------------
     def _reconcile(self, publishers: list[PublisherEntry]) -> None:

@@ -96,11 +96,14 @@ def pub_args(via: str, topic: str, trace: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize("reliable", [True, False], ids=["reliable", "best-effort"])
 def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, tmp_path, reliable, mode):
     via = [n.endpoint for n in ring.nodes]
-    topics = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
+    # topics of their own: the module's ring still holds the last variant's registrations for a lease,
+    # which would satisfy "subscribers registered" below before these subscribers are
+    alpha, beta = (f"{t}-{mode}-{'reliable' if reliable else 'best-effort'}" for t in ("alpha", "beta"))
+    topics = {"p1": alpha, "p2": beta, "p3": alpha}
     n_msgs = 150
     rel = ["--reliable", "--mode", mode] if reliable else ["--mode", mode]
-    wants = {"s1": "alpha", "s2": "beta", "s3": "alpha"}
-    expected_count = {"alpha": 2 * n_msgs, "beta": n_msgs}
+    wants = {"s1": alpha, "s2": beta, "s3": alpha}
+    expected_count = {alpha: 2 * n_msgs, beta: n_msgs}
 
     def start_sub(name: str) -> subprocess.Popen:
         topic = wants[name]
@@ -112,7 +115,7 @@ def test_three_publishers_three_subscribers_on_overlapping_topics(ring, procs, t
     subs = {name: start_sub(name) for name in ("s1", "s2")}  # before the publishers
     with DhtClient(via[0]) as client:
         directory = Directory(client)
-        wait_for(lambda: all(directory.info(t)["subscribers"] >= 1 for t in ("alpha", "beta")),
+        wait_for(lambda: all(directory.info(t)["subscribers"] >= 1 for t in (alpha, beta)),
                  timeout=20, what="subscribers registered")
     for name, topic in topics.items():
         procs(name, *pub_args(via[int(name[1]) + 3], topic, tmp_path / f"{name}.jsonl", "--count", str(n_msgs),
