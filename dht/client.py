@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from dht import wire
 from dht.ids import check_bits, key_id
+from dht.records import NOT_OWNER
 from dht.routing import Peer
 from dht.transport import Reply, RpcClient, SocketSetup
 
@@ -26,6 +27,37 @@ MAX_ENTRY_TRIES = 4
 
 class DhtError(RuntimeError):
     """An operation on the ring that could not be carried out; the text says why."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable  # the node did not answer (as opposed to refusing)
+
+
+@dataclass
+class RecordsReply:
+    """A node's answer to a `records` request: one result per item, the arc it owns (pred, me] and its
+    services (relay endpoints, events socket)."""
+
+    endpoint: str
+    results: list[dict]
+    arc: tuple[int | None, int]
+    services: dict[str, str]
+
+    @classmethod
+    def parse(cls, endpoint: str, body: dict, n_items: int) -> RecordsReply:
+        try:
+            results = body["results"]
+            if not isinstance(results, list) or len(results) != n_items or not all(
+                    isinstance(r, dict) for r in results):
+                raise ValueError("results")
+            lo, hi = body["arc"]
+            arc = (None if lo is None else wire.decode_id(lo), wire.decode_id(hi))
+            services = body.get("services") or {}
+            if not isinstance(services, dict):
+                raise ValueError("services")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DhtError(f"records on {endpoint}: malformed reply ({exc})") from None
+        return cls(endpoint, results, arc, {str(k): v for k, v in services.items() if isinstance(v, str)})
 
 
 @dataclass
@@ -206,23 +238,60 @@ class DhtClient:
         self._at_owner(key, "delete")
 
     # -- leased records (dht/records.py) --------------------------------------------------------
+    def records_at(self, endpoint: str, items: list[dict], timeout: float | None = None) -> RecordsReply:
+        """One `records` request to one node: many items on the records it owns (see dht/wire.py)."""
+        reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout)
+        if not reply.ok:
+            raise DhtError(f"records on {endpoint} failed: {reply.err}", unreachable=unreachable(reply))
+        return RecordsReply.parse(endpoint, reply.body, len(items))
+
+    def record_item(self, item: dict, attempts: int = 4) -> dict:
+        """One item at its record's owner, found by lookup; "not the owner" (a ring still settling)
+        sends it round again. Returns the item's result; raises DhtError if it failed."""
+        avoid: set[str] = set()
+        last = "no attempt"
+        key = item["k"]
+        for _ in range(attempts):
+            found = self.lookup_id(key_id(key, self.bits), avoid=avoid)
+            if not found.ok or found.owner is None:
+                if not found.path:
+                    raise DhtError(f"records {key!r}: {found.error}")
+                last = found.error or "lookup failed"
+                continue
+            try:
+                result = self.records_at(found.owner.endpoint, [item]).results[0]
+            except DhtError as exc:
+                last = str(exc)
+                if exc.unreachable:
+                    avoid.add(found.owner.endpoint)
+                continue
+            if result.get("ok"):
+                return result
+            last = f"{found.owner.endpoint}: {result.get('err')}"
+            if result.get("err") != NOT_OWNER:
+                break
+            time.sleep(0.05)  # the ring is settling: back off, then ask again
+        raise DhtError(f"records {key!r} failed: {last}")
+
     def put_field(self, key: str, field: str, value: bytes, ttl: float) -> None:
-        """Create or renew field `field` of the record at `key` for `ttl` seconds."""
-        self._at_owner(key, "put_field", field=field, value=value, ttl=ttl)
+        """Create, change or renew field `field` of the record at `key` for `ttl` seconds."""
+        self.record_item({"k": key, "f": field, "op": "set", "val": value, "ttl": ttl})
 
     def del_field(self, key: str, field: str) -> None:
-        self._at_owner(key, "del_field", field=field)
+        self.record_item({"k": key, "f": field, "op": "del"})
 
-    def watch(self, key: str, endpoint: str, ttl: float) -> None:
-        """Have the owner send "changed" to `endpoint` whenever a field appears, changes or goes."""
-        self._at_owner(key, "watch", endpoint=endpoint, ttl=ttl)
-
-    def get_record(self, key: str) -> dict[str, bytes]:
-        """The live fields of the record at `key` ({} if there is none)."""
-        fields = self._at_owner(key, "get_record").get("fields") or {}
-        if not isinstance(fields, dict):
-            raise DhtError(f"get_record {key!r}: malformed reply")
+    def get_record(self, key: str, prefix: str = "") -> dict[str, bytes]:
+        """The live fields of the record at `key` whose names start with `prefix` ({} if none)."""
+        fields = self.record_item({"k": key, "read": prefix}).get("fields") or {}
+        if not isinstance(fields, dict) or not all(isinstance(v, bytes) for v in fields.values()):
+            raise DhtError(f"records {key!r}: malformed reply")
         return fields
+
+    def count_fields(self, key: str, prefix: str = "") -> int:
+        count = self.record_item({"k": key, "count": prefix}).get("count")
+        if not isinstance(count, int):
+            raise DhtError(f"records {key!r}: malformed reply")
+        return count
 
     def leave(self, endpoint: str | None = None) -> None:
         self.call(endpoint or self.via, "leave")

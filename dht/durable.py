@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dht.ids import key_id
-from dht.store import Entry, Store
+from dht.store import Entry, RecordObserver, Store, entry_key_id
 
 FILE = "store.sqlite3"
 
@@ -30,8 +29,8 @@ class DurableStoreError(RuntimeError):
 
 
 class DurableStore(Store):
-    def __init__(self, bits: int, directory: Path, node_id: int) -> None:
-        super().__init__(bits)
+    def __init__(self, bits: int, directory: Path, node_id: int, observer: RecordObserver | None = None) -> None:
+        super().__init__(bits, observer)
         directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -52,7 +51,9 @@ class DurableStore(Store):
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", mine.items())
         now = time.monotonic()
         for key, value, version, record in self.db.execute("SELECT key, value, version, record FROM entries"):
-            self._entries[key] = Entry(key_id(key, bits), value, int(version), now, bool(record))
+            self._entries[key] = Entry(entry_key_id(key, bits, bool(record)), value, int(version), now, bool(record))
+            if record and value is not None and observer is not None:
+                observer(key, value, int(version))
         self.loaded = len(self._entries)
 
     def write(self, key: str, value: bytes | None, version: int, now: float, record: bool = False) -> bool:

@@ -2,10 +2,16 @@
 
 Each `stabilize` period (with a little jitter, as the paper randomizes its timers) it runs the
 protocol of ToN'03 Fig. 6 with successor lists (§V-B): stabilize + notify, check_predecessor,
-fix_fingers; then re-replicates owned keys to the first R-1 successors, expires stale replicas and
-expired record fields, and tells watchers what changed. Between rounds it takes jobs that request
-handlers queue (hand-over to a new predecessor, replication of a fresh write, a graceful leave),
+fix_fingers; then replicates owned keys to the first R-1 successors, expires stale replicas and
+expired record fields (whose watchers then hear of it). Between rounds it takes jobs that request
+handlers queue (hand-over to a new predecessor, replication of fresh writes, a graceful leave),
 because handlers themselves never call out.
+
+Replication (SIGCOMM'01 §6.4, successor-list replication) is incremental, so that a write costs
+the owner the entries it changed, not everything it holds: a write pushes just the entries written
+since the last push; every `refresh_every` rounds a one-line `refresh` of the owner's arc keeps the
+replicas' leases alive; everything is pushed when the replica set changes, and every FULL_EVERY
+rounds to repair anything a lost push missed.
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
-from dht.ids import in_half_open, in_open, key_id
-from dht.records import Record
+from dht.ids import in_half_open, in_open
+from dht.records import Change
 from dht.routing import Peer
-from dht.store import EntryTuple
+from dht.store import EntryTuple, entry_key_id, split_field_key
 from dht.transport import Reply, RpcClient
 
 if TYPE_CHECKING:
@@ -32,6 +38,7 @@ log = logging.getLogger(__name__)
 
 ENTRY_BATCH_BYTES = 256 * 1024
 QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
+FULL_EVERY = 20  # rounds between full pushes to the replicas (anti-entropy)
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -70,7 +77,7 @@ class Maintainer:
                     if kind == "handover":
                         self.handover(*arg)
                     elif kind == "replicate":
-                        self.replicate(force=True)
+                        self.replicate(full=False)
                     elif time.monotonic() >= next_round:
                         self.round()
                         next_round = time.monotonic() + self.config.stabilize * random.uniform(0.9, 1.1)
@@ -106,7 +113,8 @@ class Maintainer:
         self.stabilize()
         self.check_predecessor()
         self.fix_fingers()
-        self.replicate(force=node.rounds % self.config.refresh_every == 0)
+        self.replicate(full=node.rounds % FULL_EVERY == 0,
+                       refresh=node.rounds % self.config.refresh_every == 0)
         self.expire_records()
         if self._hand_back_pending:
             self.hand_back()
@@ -215,17 +223,30 @@ class Maintainer:
         return self.rpc.call(endpoint, "next_hop", key_id=wire.encode_id(k))
 
     # -- replication and hand-over ----------------------------------------------------------------
-    def replicate(self, force: bool) -> None:
-        """Push owned entries to the first replicas-1 successors when they change, or to refresh."""
-        with self.node.lock:
+    def replicate(self, full: bool, refresh: bool = False) -> None:
+        """Push owned entries to the first replicas-1 successors: those written since the last push,
+        or all of them when `full` or when the replica set changed; `refresh` renews the replicas'
+        leases on the rest with one message."""
+        node = self.node
+        with node.lock:
             targets = [s.endpoint for s in self.routing.successors[: self.config.replicas - 1]]
-            if not targets or (not force and targets == self._replicated_to):
+            if not targets:
                 self._replicated_to = targets
+                node.store.dirty.clear()
                 return
-            owned = self.node.store.select(self.routing.owns)
-        if owned:
-            for endpoint in targets:
-                self.push(endpoint, "replicate", owned)
+            full = full or targets != self._replicated_to
+            if full:
+                node.store.dirty.clear()
+                entries = node.store.select(self.routing.owns)
+            else:
+                entries = node.store.take_dirty(self.routing.owns)
+            pred = self.routing.predecessor
+        for endpoint in targets:
+            if entries:
+                self.push(endpoint, "replicate", entries)
+            if refresh and not full and pred is not None:
+                self.rpc.call(endpoint, "refresh", **{"from": wire.encode_id(pred.id),
+                                                     "to": wire.encode_id(self.me.id)})
         self._replicated_to = targets
 
     def handover(self, old: Peer | None, new: Peer) -> None:
@@ -253,7 +274,7 @@ class Maintainer:
             foreign = node.store.select(lambda k: not self.routing.owns(k))
         by_owner: dict[str, list[EntryTuple]] = {}
         covered: tuple[int, Peer] | None = None  # (k, successor(k)): no node in [k, owner), so one lookup serves all
-        for k, entry in sorted((key_id(e[0], self.config.bits), e) for e in foreign):
+        for k, entry in sorted((entry_key_id(e[0], self.config.bits, e[3]), e) for e in foreign):
             if covered is None or not in_half_open(k, covered[0] - 1, covered[1].id):
                 found = iterative_lookup(k, start, self.remote_ask, max_steps=4 * self.config.bits + 16)
                 if not found.ok or found.owner is None:
@@ -298,24 +319,17 @@ class Maintainer:
 
     # -- leased records ----------------------------------------------------------------------------
     def expire_records(self) -> None:
-        """The owner drops expired fields of its records and tells their watchers."""
+        """The owner deletes fields whose lease has passed, and their watchers hear of it."""
         node = self.node
         now = time.time()
-        changed: list[str] = []
         with node.lock:
-            for key, raw in node.store.records(self.routing.owns):
-                try:
-                    rec = Record.decode(raw)
-                except ValueError:
-                    continue
-                before = len(rec.watchers)
-                fields_gone = rec.expire(now)
-                if fields_gone or len(rec.watchers) != before:
-                    node.write_record(key, rec)
-                if fields_gone:
-                    changed.append(key)
-        for key in changed:
-            node.changed_records.put(key)
+            gone = node.records.expired(now, self.routing.owns)
+            for composite in gone:
+                version = node.write_field(composite, None)
+                key, name = split_field_key(composite)
+                node.changes.put(Change(key, name, None, version))
+        if gone:
+            self.replicate(full=False)
 
 
 def batches(entries: list[EntryTuple]) -> list[list[EntryTuple]]:

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from dht import wire
 from dht.durable import DurableStore
-from dht.ids import check_bits, key_id, node_id
+from dht.ids import check_bits, in_half_open, key_id, node_id
 from dht.maintenance import Maintainer
 from dht.notifier import Notifier
-from dht.records import Record
+from dht.records import NOT_OWNER, Change, RecordTable
 from dht.routing import Peer, RoutingTable
-from dht.store import Store
+from dht.store import Store, split_field_key
 from dht.transport import Refused, RpcServer, SocketSetup
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,17 @@ class ChordNode:
         self.stopped = threading.Event()
         self.joined = threading.Event()
         self.jobs: queue.Queue[tuple[str, object]] = queue.Queue()
-        self.changed_records: queue.Queue[str] = queue.Queue()  # keys whose watchers dht/notifier.py tells
+        self.changes: queue.Queue[Change] = queue.Queue()  # record changes dht/notifier.py publishes
         self.server = RpcServer(config.host, config.port, self._handle, setup=setup)
         nid = config.id if config.id is not None else node_id(config.host, self.server.port, config.bits)
         self.me = Peer(nid, self.server.endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors)
-        self.store = DurableStore(config.bits, config.data_dir, nid) if config.data_dir else Store(config.bits)
+        self.records = RecordTable(config.bits)
+        observer = self.records.observe
+        self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
+                      else Store(config.bits, observer))
+        self.notifier = Notifier(self, config.host)  # binds the events socket, so that `info` names it
+        config.services["events"] = self.notifier.endpoint
         self.rounds = 0
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
@@ -95,10 +100,8 @@ class ChordNode:
             "handover": self._on_merge,
             "leaving": self._on_leaving,
             "leave": self._on_leave,
-            "put_field": self._on_put_field,
-            "del_field": self._on_del_field,
-            "watch": self._on_watch,
-            "get_record": self._on_get_record,
+            "records": self._on_records,
+            "refresh": self._on_refresh,
         }
 
     @property
@@ -109,7 +112,7 @@ class ChordNode:
     def start(self) -> ChordNode:
         maintainer = Maintainer(self)
         for name, target in (("server", self._serve), ("maintenance", maintainer.run),
-                             ("notifier", Notifier(self).run)):
+                             ("notifier", self.notifier.run)):
             t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -120,6 +123,8 @@ class ChordNode:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        if not any(t.is_alive() for t in self._threads):
+            self.notifier.close()
         with self.lock:
             self.store.close()
 
@@ -194,53 +199,48 @@ class ChordNode:
 
     def _write(self, key: str, value: bytes | None, record: bool = False) -> dict:
         """A write by the owner: a new version, replicated to the successors right away."""
-        self._check_owner(key)
+        if not record:
+            self._check_owner(key)
         version = max(time.time_ns(), self.store.version(key) + 1)
         self.store.write(key, value, version, time.monotonic(), record=record)
         self.jobs.put(("replicate", None))
         return {"version": version}
 
-    def write_record(self, key: str, rec: Record) -> None:
-        """Store a changed record (caller holds the lock and owns the key)."""
-        self._write(key, rec.encode(), record=True)
+    def write_field(self, composite: str, raw: bytes | None) -> int:
+        """Store a record field (caller holds the lock and owns the record); returns its version."""
+        version = max(time.time_ns(), self.store.version(composite) + 1)
+        self.store.write(composite, raw, version, time.monotonic(), record=True)
+        return version
 
-    def _record(self, key: str) -> Record:
-        raw = self.store.get(key)
-        if raw is not None and not self.store.is_record(key):
-            raise Refused(f"{key!r} holds a plain value, not a record")
-        return Record.decode(raw)
-
-    def _on_put_field(self, req: dict) -> dict:
-        self._check_owner(req["key"])
-        rec = self._record(req["key"])
-        try:
-            news = rec.set_field(req["field"], req["value"], req["ttl"], time.time())
-        except ValueError as exc:
-            raise Refused(str(exc)) from None
-        self.write_record(req["key"], rec)
-        if news:
-            self.changed_records.put(req["key"])
-        return {}
-
-    def _on_del_field(self, req: dict) -> dict:
-        self._check_owner(req["key"])
-        rec = self._record(req["key"])
-        if rec.del_field(req["field"]):
-            self.write_record(req["key"], rec)
-            self.changed_records.put(req["key"])
-        return {}
-
-    def _on_watch(self, req: dict) -> dict:
-        self._check_owner(req["key"])
-        rec = self._record(req["key"])
-        rec.watch(req["endpoint"], req["ttl"], time.time())
-        self.write_record(req["key"], rec)
-        return {}
-
-    def _on_get_record(self, req: dict) -> dict:
-        rec = self._record(req["key"])
+    def _on_records(self, req: dict) -> dict:
+        """Items on records this node owns: writes, renewals (O(1): a lease deadline), reads. An item
+        on a record owned elsewhere is answered "not the owner" and the others still apply. The reply
+        names this node's arc and services, so a client learns which records it owns without lookups."""
         now = time.time()
-        return {"found": bool(rec.fields), "fields": rec.view(now), "watchers": len(rec.live_watchers(now))}
+        results, wrote = [], False
+        for item in req["items"]:
+            if not self.routing.owns(key_id(item["k"], self.config.bits)):
+                results.append({"ok": False, "err": NOT_OWNER})
+                continue
+            applied = self.records.apply(item, now)
+            if applied.write is not None:
+                composite, raw = applied.write
+                version = self.write_field(composite, raw)
+                wrote = True
+                if applied.news:
+                    key, name = split_field_key(composite)
+                    self.changes.put(Change(key, name, None if raw is None else item.get("val"), version))
+            results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
+        if wrote:
+            self.jobs.put(("replicate", None))
+        pred = self.routing.predecessor
+        return {"results": results, "arc": [None if pred is None else wire.encode_id(pred.id),
+                                            wire.encode_id(self.me.id)],
+                "services": dict(self.config.services)}
+
+    def _on_refresh(self, req: dict) -> dict:
+        lo, hi = req["from"], req["to"]
+        return {"refreshed": self.store.refresh(lambda k: in_half_open(k, lo, hi), time.monotonic())}
 
     def _on_put(self, req: dict) -> dict:
         return self._write(req["key"], req["value"])

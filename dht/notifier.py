@@ -1,61 +1,88 @@
-"""Telling a record's watchers that it changed, on a thread of its own.
+"""Telling watchers that a record changed: a PUB socket, on a thread of its own.
 
-A subscriber learns of a new publisher by this push ("changed"), so its delay is what a best-effort
-subscriber loses of a new stream. Queued behind the maintenance thread's round (stabilize,
-fix_fingers, replication: under load, and with timeouts on dead peers, hundreds of milliseconds)
-it was measured at up to 280 ms on a loaded two-core machine; here it goes out as soon as the
-write is applied. A dead watcher costs its own short timeout, on this thread only; it just misses
-the push and reads the record at its next heartbeat.
+Watchers are ZeroMQ subscriptions to this node's events socket (the `events` service of `node
+info`), one per (record, namespace) they care for: a subscriber of a topic listens to the
+publishers' namespace of its record and never hears of other subscribers. A change goes out as one
+message, ``[key NUL namespace, msgpack {"k", "set": {name: value}, "del": [names], "epoch"}]``, to
+every watcher at once; libzmq does the fan-out and drops it for a watcher that stopped reading.
+Nothing here is acknowledged: a watcher compares the namespace's epoch on its next renewal and
+reads the record again when it missed something.
+
+It runs on its own thread because a subscriber learns of a new publisher from this push: queued
+behind a maintenance round (under load, and with timeouts on dead peers, hundreds of milliseconds)
+it was measured at up to 280 ms on a loaded two-core machine; here it leaves as soon as the write is
+applied.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from dht.records import Record
-from dht.transport import RpcClient
+import msgpack
+import zmq
 
-if TYPE_CHECKING:
-    from dht.node import ChordNode
+from dht import wire
+from dht.records import Change, change_message, events_topic, namespace
+from dht.transport import SocketSetup
 
 log = logging.getLogger(__name__)
 
-WATCHER_TIMEOUT = 0.25
+BATCH = 1000  # changes drained into one round of messages
+
+
+class NotifierHost(Protocol):
+    """What the notifier needs of its node."""
+
+    changes: queue.Queue[Change]
+    setup: SocketSetup | None
+
+    @property
+    def stopped(self): ...  # noqa: ANN201 - a threading.Event
 
 
 class Notifier:
-    """Consumes `node.changed_records` (keys) and sends each record's live fields to its watchers."""
-
-    def __init__(self, node: ChordNode) -> None:
+    def __init__(self, node: NotifierHost, host: str, context: zmq.Context | None = None) -> None:
         self.node = node
-        self.rpc = RpcClient(timeout=WATCHER_TIMEOUT, retries=0, setup=node.setup)
+        self.socket = (context or zmq.Context.instance()).socket(zmq.PUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, 10_000)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it
+        if node.setup is not None:
+            node.setup(self.socket, True)
+        self.endpoint = f"{host}:{self.socket.bind_to_random_port(f'tcp://{host}')}"
+        self.published = 0
 
     def run(self) -> None:
-        node = self.node
-        try:
-            while not node.stopped.is_set():
+        changes = self.node.changes
+        while not self.node.stopped.is_set():
+            try:
+                batch = [changes.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            while len(batch) < BATCH:
                 try:
-                    key = node.changed_records.get(timeout=0.2)
+                    batch.append(changes.get_nowait())
                 except queue.Empty:
-                    continue
-                try:
-                    self.notify(key)
-                except Exception:  # a bug here must not silence every later notification
-                    log.exception("notifying the watchers of %r failed", key)
-        finally:
-            self.rpc.close()
+                    break
+            try:
+                self.publish(batch)
+            except Exception:  # a bug here must not silence every later notification
+                log.exception("publishing %d record changes failed", len(batch))
 
-    def notify(self, key: str) -> None:
-        """Send the record's live fields to every live watcher ("changed"); a dead one just misses it."""
-        now = time.time()
-        with self.node.lock:
-            raw = self.node.store.get(key)
-            if raw is None or not self.node.store.is_record(key):
-                return
-            rec = Record.decode(raw)
-        fields = rec.view(now)
-        for endpoint in rec.live_watchers(now):
-            self.rpc.call(endpoint, "changed", key=key, fields=fields)
+    def publish(self, batch: list[Change]) -> None:
+        """One message per (record, namespace) among `batch`, in the order they first appear."""
+        groups: dict[tuple[str, str], list[Change]] = {}
+        for change in batch:
+            groups.setdefault((change.key, namespace(change.name)), []).append(change)
+        for (key, ns), group in groups.items():
+            body = msgpack.packb(change_message(group), use_bin_type=True)
+            try:
+                self.socket.send_multipart([events_topic(key, ns), body], zmq.NOBLOCK)
+                self.published += 1
+            except zmq.Again:
+                pass  # PUB never blocks; a full queue just drops, and epochs tell the watchers
+
+    def close(self) -> None:
+        self.socket.close(linger=0)

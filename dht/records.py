@@ -1,75 +1,223 @@
-"""Leased records: a key whose value is a set of named fields, each a lease, plus watchers.
+"""Leased records: a key holding named fields that expire unless renewed. Pure: time is a parameter.
 
-The topic registry (pubsub/directory.py) is built on this without the ring knowing what a
-publisher is: a publisher is a field that its heartbeat keeps renewing, a subscriber's notify
-endpoint is a watcher, and when a field appears, changes or expires the owner tells every
-watcher. Expiry times are wall-clock seconds, because a record moves between nodes (replica to
-owner) and must keep its deadlines; the ring assumes loosely synchronized clocks, and leases are
-seconds long. Pure: time is a parameter, bytes in and out.
+The topic registry (pubsub/) is built on this without the ring knowing what a publisher is: a
+publisher is a field its client keeps renewing, and a subscriber learns who publishes by reading the
+record and by listening for its changes. Every field is its own entry in the node's Store, under the
+composite key ``key + "\\0" + name`` with the key id of `key`, so replication, hand-over, leaving and
+`--data-dir` move records field by field, whatever their size (no cap on fields, no record ever
+rewritten whole).
+
+What makes an owner cheap:
+- a renewal that changes nothing touches one number in `RecordTable.leases`: no Store write, no
+  replication, no notification. Leases are not replicated at all: a node that comes to own a record
+  (its owner died or left, or it restarted from disk) gives every field a fresh lease, so a dead
+  client's field outlives its client by at most one more lease;
+- a field's *namespace* is its name up to and including the first "/" ("pub/", "sub/"). Each
+  (record, namespace) has an epoch, the newest version written in it (deletions included), so a
+  client compares one number per renewal to know whether its view is stale;
+- a change (a field set to a new value, deleted or expired) becomes a `Change`, which the node
+  publishes on its events socket under ``key + "\\0" + namespace``: watchers are ZeroMQ subscriptions
+  to exactly the namespaces they care for, and a subscriber never receives another subscriber's field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
-MAX_FIELDS = 4096
+from dht.ids import key_id
+from dht.store import SEP, field_key, split_field_key
+
 MAX_TTL = 86_400.0
+OPS = ("set", "renew", "del")
+NOT_OWNER = "not the owner"
+MISSING = "missing"  # renew of a field the owner does not hold: the client sends it whole again
+
+
+def namespace(name: str) -> str:
+    """"pub/" for "pub/127.0.0.1:5000"; "" for a name without a "/"."""
+    i = name.find("/")
+    return name[: i + 1] if i >= 0 else ""
+
+
+def events_topic(key: str, ns: str) -> bytes:
+    """The first frame of a change on the node's events socket, and what a watcher subscribes to."""
+    return (key + SEP + ns).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class FieldValue:
+    """What the Store keeps for a field: the client's bytes and the lease length it asked for."""
+
+    value: bytes
+    ttl: float
+
+    def encode(self) -> bytes:
+        return msgpack.packb([self.value, self.ttl], use_bin_type=True)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> FieldValue:
+        try:
+            value, ttl = msgpack.unpackb(raw, raw=False)
+            if not isinstance(value, bytes) or isinstance(ttl, bool) or not 0 < float(ttl) <= MAX_TTL:
+                raise ValueError
+        except Exception:  # any shape error means "not a field"
+            raise ValueError("not a record field") from None
+        return cls(value, float(ttl))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field of one record changed: `value` None means it is gone. `epoch` is its namespace's."""
+
+    key: str
+    name: str
+    value: bytes | None
+    epoch: int
 
 
 @dataclass
-class Record:
-    fields: dict[str, tuple[bytes, float]] = field(default_factory=dict)  # name -> (value, expires)
-    watchers: dict[str, float] = field(default_factory=dict)  # endpoint -> expires
+class Applied:
+    """The outcome of one request item: the reply for it, a Store write to make, a change to publish."""
 
-    def encode(self) -> bytes:
-        return msgpack.packb({"f": {k: [v, e] for k, (v, e) in self.fields.items()}, "w": self.watchers},
-                             use_bin_type=True)
+    reply: dict
+    write: tuple[str, bytes | None] | None = None  # (composite key, encoded FieldValue or None: delete)
+    news: bool = False  # watchers hear of the write (a new or changed value, or a deletion)
 
-    @classmethod
-    def decode(cls, raw: bytes | None) -> Record:
-        """The record stored in `raw` (an empty one for None); ValueError on anything else."""
+
+class RecordTable:
+    """The node's index of the record fields in its Store, and lease deadlines for those it owns.
+
+    The Store calls `observe` for every record entry it applies, merges, loads or drops, so this is
+    always the Store's content in decoded form, whoever wrote it (a client, the owner replicating, a
+    neighbour handing over)."""
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.fields: dict[str, dict[str, FieldValue]] = {}
+        self.epochs: dict[tuple[str, str], int] = {}
+        self.leases: dict[str, float] = {}  # composite key -> wall-clock expiry (owned fields only)
+
+    # -- kept in step with the Store ------------------------------------------------------------------
+    def observe(self, composite: str, raw: bytes | None, version: int) -> None:
+        key, name = split_field_key(composite)
+        if version:
+            ek = (key, namespace(name))
+            if version > self.epochs.get(ek, 0):
+                self.epochs[ek] = version
+        fields = self.fields.get(key)
         if raw is None:
-            return cls()
+            if fields is not None:
+                fields.pop(name, None)
+                if not fields:
+                    del self.fields[key]
+                    for ek in [ek for ek in self.epochs if ek[0] == key]:
+                        del self.epochs[ek]
+            self.leases.pop(composite, None)
+            return
         try:
-            body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-            fields = {str(k): (bytes(v), float(e)) for k, (v, e) in body["f"].items()}
-            watchers = {str(k): float(e) for k, e in body["w"].items()}
-        except Exception as exc:  # any shape error means "not a record"
-            raise ValueError(f"not a record: {type(exc).__name__}") from None
-        return cls(fields, watchers)
+            fv = FieldValue.decode(raw)
+        except ValueError:
+            return  # never written by a node of ours; ignored rather than served
+        self.fields.setdefault(key, {})[name] = fv
 
-    def set_field(self, name: str, value: bytes, ttl: float, now: float) -> bool:
-        """Create or renew a field. Returns True when watchers should hear of it (new or changed)."""
-        if name not in self.fields and len(self.fields) >= MAX_FIELDS:
-            raise ValueError(f"a record holds at most {MAX_FIELDS} fields")
-        old = self.fields.get(name)
-        self.fields[name] = (value, now + min(ttl, MAX_TTL))
-        return old is None or old[0] != value
+    def clear(self) -> None:
+        self.fields.clear()
+        self.epochs.clear()
+        self.leases.clear()
 
-    def del_field(self, name: str) -> bool:
-        return self.fields.pop(name, None) is not None
+    # -- reads ------------------------------------------------------------------------------------------
+    def view(self, key: str, prefix: str = "") -> dict[str, bytes]:
+        return {n: fv.value for n, fv in self.fields.get(key, {}).items() if n.startswith(prefix)}
 
-    def watch(self, endpoint: str, ttl: float, now: float) -> None:
-        self.watchers[endpoint] = now + min(ttl, MAX_TTL)
+    def count(self, key: str, prefix: str = "") -> int:
+        fields = self.fields.get(key, {})
+        if not prefix:
+            return len(fields)
+        return sum(1 for n in fields if n.startswith(prefix))
 
-    def expire(self, now: float) -> bool:
-        """Drop expired fields and watchers. Returns True when a field went (watchers must hear)."""
-        gone = [k for k, (_, e) in self.fields.items() if e <= now]
-        for k in gone:
-            del self.fields[k]
-        for w in [w for w, e in self.watchers.items() if e <= now]:
-            del self.watchers[w]
-        return bool(gone)
+    def epoch(self, key: str, ns: str) -> int:
+        return self.epochs.get((key, ns), 0)
 
-    def view(self, now: float) -> dict[str, bytes]:
-        """The live fields' values."""
-        return {k: v for k, (v, e) in self.fields.items() if e > now}
+    # -- the owner's side -------------------------------------------------------------------------------
+    def apply(self, item: dict[str, Any], now: float) -> Applied:
+        """One item of a `records` request, on a record this node owns (the caller checked)."""
+        key, name, op = item["k"], item.get("f"), item.get("op")
+        out = Applied({"ok": True})
+        if op is not None:
+            if name is None:
+                return Applied({"ok": False, "err": f"{op} needs a field name"})
+            composite = field_key(key, name)
+            held = self.fields.get(key, {}).get(name)
+            if op == "set":
+                fv = FieldValue(item["val"], min(item.get("ttl", 0) or 0, MAX_TTL))
+                if fv.ttl <= 0:
+                    return Applied({"ok": False, "err": "set needs a ttl"})
+                self.leases[composite] = now + fv.ttl
+                if held != fv:
+                    out.write = (composite, fv.encode())
+                    out.news = held is None or held.value != fv.value
+            elif op == "renew":
+                if held is None:
+                    return Applied({"ok": False, "err": MISSING})
+                self.leases[composite] = now + min(item.get("ttl") or held.ttl, MAX_TTL)
+            else:  # del
+                self.leases.pop(composite, None)
+                if held is not None:
+                    out.write = (composite, None)
+                    out.news = True
+        return out
 
-    def live_watchers(self, now: float) -> list[str]:
-        return [w for w, e in self.watchers.items() if e > now]
+    def answer(self, item: dict[str, Any], reply: dict) -> dict:
+        """Add what the item asks to read ("read": prefix, "epoch": namespace, "count": prefix), after
+        its write was applied."""
+        key = item["k"]
+        if "read" in item:
+            reply["fields"] = self.view(key, item["read"])
+            reply["epoch"] = self.epoch(key, namespace(item["read"]))
+        if "epoch" in item:
+            reply["epoch"] = self.epoch(key, item["epoch"])
+        if "count" in item:
+            reply["count"] = self.count(key, item["count"])
+        return reply
 
-    def next_expiry(self) -> float | None:
-        times = [e for _, e in self.fields.values()] + list(self.watchers.values())
-        return min(times) if times else None
+    def expired(self, now: float, owns) -> list[str]:  # noqa: ANN001 - owns(key_id) -> bool
+        """Composite keys of owned fields whose lease has passed. A field owned but never leased here
+        (this node has just come to own it) gets a fresh lease instead. Leases of fields this node no
+        longer owns are forgotten."""
+        gone: list[str] = []
+        owned_keys: dict[str, bool] = {}
+        for key, fields in self.fields.items():
+            mine = owned_keys.get(key)
+            if mine is None:
+                mine = owned_keys[key] = owns(key_id(key, self.bits))
+            if not mine:
+                continue
+            for name, fv in fields.items():
+                composite = field_key(key, name)
+                expires = self.leases.get(composite)
+                if expires is None:
+                    self.leases[composite] = now + fv.ttl
+                elif expires <= now:
+                    gone.append(composite)
+        for composite in [c for c in self.leases if not owned_keys.get(split_field_key(c)[0], False)]:
+            del self.leases[composite]
+        return gone
+
+
+def change_message(changes: list[Change]) -> dict[str, Any]:
+    """The body published for changes of one (record, namespace): {"k", "set", "del", "epoch"}."""
+    first = changes[0]
+    body: dict[str, Any] = {"k": first.key, "set": {}, "del": [], "epoch": max(c.epoch for c in changes)}
+    for c in changes:  # in order: the last word on a field wins
+        if c.value is None:
+            body["set"].pop(c.name, None)
+            if c.name not in body["del"]:
+                body["del"].append(c.name)
+        else:
+            body["set"][c.name] = c.value
+            if c.name in body["del"]:
+                body["del"].remove(c.name)
+    return body

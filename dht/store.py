@@ -6,6 +6,12 @@ first R-1 successors every few rounds (Chord's successor-list replication, SIGCO
 and a replica no longer refreshed and no longer owned is dropped. Every entry carries a version
 (the owner's clock at the write); merging keeps the newest, so a stale replica can never undo a
 newer write, and deletes are tombstones kept for one lease. No sockets; time is a parameter.
+
+Replication is incremental: every applied write marks its key dirty, and the owner pushes only the
+dirty entries it owns (`take_dirty`), plus everything when its replica set changes. A field of a
+leased record (dht/records.py) is an entry of its own under ``key + SEP + name``, placed by the
+key id of `key`; the Store tells an observer (the node's RecordTable) of every such entry it
+applies or drops.
 """
 
 from __future__ import annotations
@@ -15,8 +21,25 @@ from dataclasses import dataclass
 
 from dht.ids import key_id
 
-# (key, value or None for a tombstone, version, is a leased record (dht/records.py))
+# (key, value or None for a tombstone, version, is a field of a leased record (dht/records.py))
 EntryTuple = tuple[str, bytes | None, int, bool]
+RecordObserver = Callable[[str, "bytes | None", int], None]  # (composite key, value or None, version)
+
+SEP = "\x00"  # between a record's key and a field's name; refused in plain keys by dht/wire.py
+
+
+def field_key(key: str, name: str) -> str:
+    return key + SEP + name
+
+
+def split_field_key(composite: str) -> tuple[str, str]:
+    key, _, name = composite.partition(SEP)
+    return key, name
+
+
+def entry_key_id(key: str, bits: int, record: bool) -> int:
+    """Where an entry lives on the ring: a record field lives with its record's key."""
+    return key_id(split_field_key(key)[0] if record else key, bits)
 
 
 @dataclass
@@ -29,10 +52,12 @@ class Entry:
 
 
 class Store:
-    def __init__(self, bits: int) -> None:
+    def __init__(self, bits: int, observer: RecordObserver | None = None) -> None:
         self.bits = bits
         self._entries: dict[str, Entry] = {}
         self.loaded = 0  # entries restored from disk at start (DurableStore)
+        self.observer = observer
+        self.dirty: set[str] = set()  # keys written since the owner last replicated them
 
     def write(self, key: str, value: bytes | None, version: int, now: float, record: bool = False) -> bool:
         """Apply a write (value None = delete) if it is not older than what is held."""
@@ -42,8 +67,30 @@ class Store:
         if current is not None and current.version == version:
             current.refreshed = now
             return False
-        self._entries[key] = Entry(key_id(key, self.bits), value, version, now, record)
+        self._entries[key] = Entry(entry_key_id(key, self.bits, record), value, version, now, record)
+        self.dirty.add(key)
+        if record and self.observer is not None:
+            self.observer(key, value, version)
         return True
+
+    def take_dirty(self, keep: Callable[[int], bool]) -> list[EntryTuple]:
+        """The entries written since the last call whose key id satisfies `keep`; forgets the rest."""
+        out = []
+        for k in self.dirty:
+            e = self._entries.get(k)
+            if e is not None and keep(e.key_id):
+                out.append((k, e.value, e.version, e.record))
+        self.dirty.clear()
+        return out
+
+    def refresh(self, keep: Callable[[int], bool], now: float) -> int:
+        """The owner says it still holds these (by arc): their replica leases start again."""
+        n = 0
+        for e in self._entries.values():
+            if keep(e.key_id):
+                e.refreshed = now
+                n += 1
+        return n
 
     def merge(self, entries: Iterable[EntryTuple], now: float) -> int:
         """Merge entries pushed by an owner (replicate) or a leaving node (handover)."""
@@ -56,11 +103,6 @@ class Store:
     def is_record(self, key: str) -> bool:
         entry = self._entries.get(key)
         return entry is not None and entry.record
-
-    def records(self, keep: Callable[[int], bool]) -> list[tuple[str, bytes]]:
-        """(key, value) of the live leased records whose key id satisfies `keep`."""
-        return [(k, e.value) for k, e in self._entries.items()
-                if e.record and e.value is not None and keep(e.key_id)]
 
     def version(self, key: str) -> int:
         entry = self._entries.get(key)
@@ -77,7 +119,9 @@ class Store:
             if now - e.refreshed > lease and (e.value is None or not owns(e.key_id))
         ]
         for k in gone:
-            del self._entries[k]
+            e = self._entries.pop(k)
+            if e.record and e.value is not None and self.observer is not None:
+                self.observer(k, None, 0)
         return gone
 
     def count(self, keep: Callable[[int], bool] = lambda _k: True) -> int:
@@ -89,7 +133,11 @@ class Store:
 
     def clear(self) -> None:
         """Forget everything (after a graceful leave has handed it all over)."""
+        for k, e in self._entries.items():
+            if e.record and e.value is not None and self.observer is not None:
+                self.observer(k, None, 0)
         self._entries.clear()
+        self.dirty.clear()
 
     def close(self) -> None:
         """Nothing to release in memory; DurableStore closes its database."""

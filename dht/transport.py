@@ -1,9 +1,10 @@
-"""ZeroMQ request/reply for the ring: a ROUTER server and a DEALER client.
+"""ZeroMQ request/reply for the ring: a ROUTER server and a ROUTER client.
 
-The client follows the zguide's Lazy Pirate pattern: a per-request timeout, and on timeout the
-socket is closed (LINGER 0) and reopened before a bounded number of retries, so a late reply from
-a slow peer can never be mistaken for the next one. A failed call is a value (`Reply` with
-``ok=False``), not an exception thrown far away, as in bmuller/kademlia.
+The client reaches every peer through one ROUTER socket and follows the zguide's Lazy Pirate
+pattern: a per-request timeout, and on timeout the peer's connection is dropped and reopened
+before a bounded number of retries, so a late reply from a slow peer can never be mistaken for the
+next one. A failed call is a value (`Reply` with ``ok=False``), not an exception thrown far away,
+as in bmuller/kademlia.
 
 `SocketSetup` is the hook through which CURVE security (dht/curve.py) configures every socket.
 """
@@ -155,19 +156,37 @@ class RpcServer:
 
 
 class RpcClient:
-    """Calls ops on nodes through cached DEALER sockets. Not thread-safe: one per thread."""
+    """Calls ops on any number of peers through ONE ROUTER socket. Not thread-safe: one per thread.
+
+    Each peer is a connection of that socket, named by ZMQ_CONNECT_ROUTING_ID ("endpoint#n"), so a
+    process that talks to a thousand peers still holds one socket (the middleware client promises a
+    fixed handful). Requests can be sent at once after connect; libzmq queues them until the
+    connection is up. Two faces:
+    - `call()` blocks for the reply (Lazy Pirate, as in the zguide: on timeout the peer's connection is
+      dropped and a fresh one, with a new routing id, carries the retry, so a late reply can never be
+      taken for the next one);
+    - `send()` returns at once and the reply (or the timeout) goes to a callback, run by whoever polls
+      `socket` and calls `on_readable()` and `expire()`: an event loop that must never wait on a peer.
+    """
 
     def __init__(self, timeout: float = 1.0, retries: int = 1, setup: SocketSetup | None = None,
-                 context: zmq.Context | None = None, max_sockets: int = 256) -> None:
+                 context: zmq.Context | None = None, max_peers: int = 4096) -> None:
         self.context = context or zmq.Context.instance()
         self.timeout = timeout
         self.retries = retries
-        self.setup = setup
-        self.max_sockets = max_sockets
-        self._sockets: OrderedDict[str, zmq.Socket] = OrderedDict()
-        self._rcvtimeo: dict[zmq.Socket, int] = {}
+        self.max_peers = max_peers
+        self.socket = self.context.socket(zmq.ROUTER)
+        _base_options(self.socket)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if setup is not None:
+            setup(self.socket, False)
+        self._peers: OrderedDict[str, bytes] = OrderedDict()  # endpoint -> routing id of its connection
+        self._generation = itertools.count(1)
         self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, float, Callable[[Reply], None] | None]] = {}
+        self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
 
+    # -- blocking -----------------------------------------------------------------------------------
     def call(self, endpoint: str, op: str, /, timeout: float | None = None, retries: int | None = None,
              **fields: Any) -> Reply:
         """Send one request and wait for its reply; never raises for network trouble."""
@@ -175,76 +194,135 @@ class RpcClient:
         retries = self.retries if retries is None else retries
         for _attempt in range(retries + 1):
             rid = next(self._ids)
-            try:
-                sock = self._socket(endpoint)
-            except wire.WireError as exc:
-                return Reply(False, err=str(exc))
-            try:
-                sock.send(wire.encode_request(op, rid, **fields), zmq.NOBLOCK)
-            except zmq.ZMQError as exc:
-                self._drop(endpoint)
-                return Reply(False, err=f"send failed: {exc}")
-            body = self._await(sock, rid, timeout)
+            failed = self._send(endpoint, op, rid, fields)
+            if failed is not None:
+                return failed
+            self._pending[rid] = (endpoint, time.monotonic() + timeout, None)
+            body = self._await(rid, timeout)
             if body is not None:
                 if body.get("ok"):
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
-            self._drop(endpoint)  # Lazy Pirate: a fresh socket for the retry
+            self.reset(endpoint)  # Lazy Pirate: a fresh connection for the retry
         return Reply(False, err=f"no reply from {endpoint} within {timeout:g}s", timed_out=True)
 
-    def _await(self, sock: zmq.Socket, rid: int, timeout: float) -> dict | None:
+    def _await(self, rid: int, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
-        while True:
+        while rid not in self._replies:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not self.socket.poll(int(left * 1000) + 1):
+                self._pending.pop(rid, None)
                 return None
-            wait_ms = int(left * 1000) + 1
-            if self._rcvtimeo.get(sock) != wait_ms:
-                sock.setsockopt(zmq.RCVTIMEO, wait_ms)
-                self._rcvtimeo[sock] = wait_ms
+            self.on_readable()
+        return self._replies.pop(rid)
+
+    # -- asynchronous -------------------------------------------------------------------------------
+    def send(self, endpoint: str, op: str, /, on_reply: Callable[[Reply], None] | None = None,
+             timeout: float | None = None, **fields: Any) -> int | None:
+        """Send one request without waiting. `on_reply(Reply)` runs from `on_readable()` when the reply
+        comes, or from `expire()` once `timeout` has passed (None: fire and forget; replies are read
+        and dropped). Returns the request id, or None when it could not even be queued (then
+        `on_reply` has already been told)."""
+        rid = next(self._ids)
+        failed = self._send(endpoint, op, rid, fields)
+        if failed is not None:
+            if on_reply is not None:
+                on_reply(failed)
+            return None
+        if on_reply is not None:
+            self._pending[rid] = (endpoint, time.monotonic() + (self.timeout if timeout is None else timeout),
+                                  on_reply)
+        return rid
+
+    def on_readable(self) -> None:
+        """Read every reply waiting on the socket and hand each to its callback (or its caller)."""
+        while True:
             try:
-                frames = sock.recv_multipart()
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return None
+                return
             try:
                 body = wire.decode_reply(frames[-1])
             except wire.WireError as exc:
                 log.debug("ignoring malformed reply: %s", exc)
                 continue
-            if body.get("id") == rid:
-                return body
-            # a stale reply to an earlier request: ignore it
+            rid = body.get("id")
+            pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
+            if pending is None:
+                continue  # a stale reply (its caller gave up) or one nobody asked to see
+            callback = pending[2]
+            if callback is None:
+                self._replies[rid] = body
+            else:
+                callback(Reply(True, body) if body.get("ok") else Reply(False, body, err=body.get("err")))
 
-    def _socket(self, endpoint: str) -> zmq.Socket:
-        sock = self._sockets.get(endpoint)
-        if sock is not None:
-            self._sockets.move_to_end(endpoint)
-            return sock
+    def expire(self, now: float | None = None) -> None:
+        """Tell the callbacks of requests whose time is up, and drop those peers' connections."""
+        now = time.monotonic() if now is None else now
+        late = [(rid, p) for rid, p in self._pending.items() if p[1] <= now and p[2] is not None]
+        for rid, (endpoint, _deadline, callback) in late:
+            del self._pending[rid]
+            self.reset(endpoint)
+            callback(Reply(False, err=f"no reply from {endpoint}", timed_out=True))
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which `expire()` has something to do (None: nothing pending)."""
+        deadlines = [p[1] for p in self._pending.values() if p[2] is not None]
+        return min(deadlines) if deadlines else None
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for p in self._pending.values() if p[2] is not None)
+
+    # -- connections --------------------------------------------------------------------------------
+    def _send(self, endpoint: str, op: str, rid: int, fields: dict) -> Reply | None:
+        """Queue a request; a Reply only when that failed."""
+        try:
+            peer = self._peer(endpoint)
+        except wire.WireError as exc:
+            return Reply(False, err=str(exc))
+        try:
+            self.socket.send_multipart([peer, wire.encode_request(op, rid, **fields)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # its queue is full (a peer that long stopped reading), or gone
+            self.reset(endpoint)
+            return Reply(False, err=f"send failed: {exc}")
+        return None
+
+    def _peer(self, endpoint: str) -> bytes:
+        peer = self._peers.get(endpoint)
+        if peer is not None:
+            self._peers.move_to_end(endpoint)
+            return peer
         address = wire.zmq_address(endpoint)
-        sock = self.context.socket(zmq.DEALER)
-        _base_options(sock)
-        sock.setsockopt(zmq.IMMEDIATE, 0)
-        if self.setup is not None:
-            self.setup(sock, False)
-        sock.connect(address)
-        self._sockets[endpoint] = sock
-        while len(self._sockets) > self.max_sockets:
-            _, old = self._sockets.popitem(last=False)
-            self._rcvtimeo.pop(old, None)
-            old.close(linger=0)
-        return sock
+        peer = f"{endpoint}#{next(self._generation)}".encode()
+        self.socket.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+        self.socket.connect(address)
+        self._peers[endpoint] = peer
+        while len(self._peers) > self.max_peers:
+            old, _ = self._peers.popitem(last=False)
+            self._disconnect(old)
+        return peer
 
-    def _drop(self, endpoint: str) -> None:
-        sock = self._sockets.pop(endpoint, None)
-        if sock is not None:
-            self._rcvtimeo.pop(sock, None)
-            sock.close(linger=0)
+    def reset(self, endpoint: str) -> None:
+        """Forget the connection to `endpoint`; the next request opens a new one."""
+        if self._peers.pop(endpoint, None) is not None:
+            self._disconnect(endpoint)
+
+    def _disconnect(self, endpoint: str) -> None:
+        try:
+            self.socket.disconnect(wire.zmq_address(endpoint))
+        except zmq.ZMQError:
+            pass  # already gone
+
+    @property
+    def peers(self) -> int:
+        return len(self._peers)
 
     def close(self) -> None:
-        for sock in self._sockets.values():
-            sock.close(linger=0)
-        self._sockets.clear()
-        self._rcvtimeo.clear()
+        self._pending.clear()
+        self._replies.clear()
+        self._peers.clear()
+        self.socket.close(linger=0)
 
     def __enter__(self) -> RpcClient:
         return self

@@ -104,6 +104,52 @@ def _str(max_len: int) -> Callable[[Any, str], str]:
     return check
 
 
+def _key(value: Any, what: str) -> str:
+    """A key of the ring: a string without NUL (which joins a record's key to a field's name)."""
+    _str(MAX_KEY_CHARS)(value, what)
+    if "\x00" in value:
+        raise WireError(f"{what} may not contain NUL characters")
+    return value
+
+
+MAX_ITEMS = 4096
+RECORD_OPS = ("set", "renew", "del")
+
+
+def _record_items(value: Any, what: str) -> list[dict]:
+    """The items of a `records` request (dht/records.py): each names a record "k" and may write one
+    field "f" ("op": set with "val" and "ttl", renew with an optional "ttl", del) and read ("read":
+    prefix -> fields and epoch, "epoch": namespace, "count": prefix)."""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_ITEMS:
+        raise WireError(f"{what} must be a list of 1..{MAX_ITEMS} items")
+    out = []
+    for i, item in enumerate(value):
+        where = f"{what}[{i}]"
+        if not isinstance(item, dict):
+            raise WireError(f"{where} must be a map")
+        unknown = set(item) - {"k", "f", "op", "val", "ttl", "read", "epoch", "count"}
+        if unknown:
+            raise WireError(f"{where}: unknown fields {sorted(map(str, unknown))}")
+        clean: dict[str, Any] = {"k": _key(item.get("k"), f"{where}.k")}
+        if "f" in item:
+            clean["f"] = _str(MAX_FIELD_CHARS)(item["f"], f"{where}.f")
+        op = item.get("op")
+        if op is not None:
+            if op not in RECORD_OPS or "f" not in clean:
+                raise WireError(f"{where}.op must be one of {', '.join(RECORD_OPS)}, with a field name")
+            clean["op"] = op
+            if op == "set":
+                clean["val"] = _bytes(item.get("val"), f"{where}.val")
+                clean["ttl"] = _ttl(item.get("ttl"), f"{where}.ttl")
+            elif op == "renew" and "ttl" in item:
+                clean["ttl"] = _ttl(item["ttl"], f"{where}.ttl")
+        for name in ("read", "epoch", "count"):
+            if name in item:
+                clean[name] = _str(MAX_FIELD_CHARS)(item[name], f"{where}.{name}")
+        out.append(clean)
+    return out
+
+
 def _optional_bytes(value: Any, what: str) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -150,15 +196,6 @@ def _endpoint(value: Any, what: str) -> str:
     return value
 
 
-def _fields(value: Any, what: str) -> dict[str, bytes]:
-    if not isinstance(value, dict) or len(value) > MAX_LIST:
-        raise WireError(f"{what} must be a map of at most {MAX_LIST} fields")
-    for k, v in value.items():
-        _str(MAX_FIELD_CHARS)(k, f"{what} name")
-        _bytes(v, f"{what}[{k!r}]")
-    return value
-
-
 _id = decode_id
 _peer = decode_peer
 _peers = decode_peers
@@ -179,25 +216,18 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "next_hop": {"key_id": (_id, True), "avoid": (_endpoints, False)},
     "get_links": {},  # stabilize: predecessor and successor list in one round trip
     "notify": {"peer": (_peer, True)},
-    "put": {"key": (_str(MAX_KEY_CHARS), True), "value": (_bytes, True)},
-    "get": {"key": (_str(MAX_KEY_CHARS), True)},
-    "delete": {"key": (_str(MAX_KEY_CHARS), True)},
+    "put": {"key": (_key, True), "value": (_bytes, True)},
+    "get": {"key": (_key, True)},
+    "delete": {"key": (_key, True)},
     "replicate": {"entries": (_entries, True)},
     "handover": {"entries": (_entries, True)},
     "leaving": {"peer": (_peer, True), "predecessor": (decode_optional_peer, False),
                 "successors": (_peers, False)},
     "leave": {},
-    # leased records (dht/records.py): fields that expire unless renewed, and watchers
-    "put_field": {"key": (_str(MAX_KEY_CHARS), True), "field": (_str(MAX_FIELD_CHARS), True),
-                  "value": (_bytes, True), "ttl": (_ttl, True)},
-    "del_field": {"key": (_str(MAX_KEY_CHARS), True), "field": (_str(MAX_FIELD_CHARS), True)},
-    "watch": {"key": (_str(MAX_KEY_CHARS), True), "endpoint": (_endpoint, True), "ttl": (_ttl, True)},
-    "get_record": {"key": (_str(MAX_KEY_CHARS), True)},
-}
-
-# what a watcher's endpoint receives when a record it watches changes
-WATCHER_SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
-    "changed": {"key": (_str(MAX_KEY_CHARS), True), "fields": (_fields, True)},
+    # leased records (dht/records.py): many fields of many records owned by the node, in one request
+    "records": {"items": (_record_items, True)},
+    # the owner of the arc (from, to] still holds its entries: replica leases there start again
+    "refresh": {"from": (_id, True), "to": (_id, True)},
 }
 
 
