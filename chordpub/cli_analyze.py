@@ -7,12 +7,11 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli import app, clean_errors, fail
+from chordpub.cli_common import clean_errors, fail
 
 
-@app.command("analyze")
 @clean_errors
-def analyze_cmd(
+def analyze(
     dirs: list[Path] = typer.Argument(..., help="Run directories (RUN/lookups, RUN/deliveries), or directories "
                                       "holding them."),
     out: Path = typer.Option(None, help="Write lookups/deliveries as Parquet and CSV, and summary.json, here."),

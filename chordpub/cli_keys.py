@@ -7,11 +7,10 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli import app, clean_errors
+from chordpub.cli_common import clean_errors
 
 keys_app = typer.Typer(help="CURVE keys for --curve: encryption and authentication on every socket.",
                        no_args_is_help=True)
-app.add_typer(keys_app, name="keys")
 
 
 @keys_app.command("generate")

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli import app, clean_errors, fail
+from chordpub.cli_common import clean_errors, fail
 
 mininet_app = typer.Typer(help="Run ring, publishers and subscribers on Mininet hosts (needs root).",
                           no_args_is_help=True)
-app.add_typer(mininet_app, name="mininet")
 
 
 @mininet_app.command("run")

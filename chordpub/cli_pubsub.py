@@ -1,23 +1,25 @@
-"""`chordpub pub`, `chordpub sub`, `chordpub topic info`: the pub/sub face of the CLI."""
+"""`chordpub pub`, `chordpub sub`, `chordpub topic info`: the pub/sub face of the CLI, one Client each."""
 
 from __future__ import annotations
 
+import base64
 import json
+import queue
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import typer
 
-from chordpub.cli import CURVE_HELP, app, check_source, clean_errors, curve_setup, dht_client, emit, endpoint_arg, fail
+from chordpub.cli_common import CURVE_HELP, check_source, clean_errors, dht_client, emit, endpoint_arg, fail
 
 topic_app = typer.Typer(help="Inspect topics: their owner, publishers and subscribers.", no_args_is_help=True)
-app.add_typer(topic_app, name="topic")
 
 MODES = ("direct", "relay")
+FORMATS = ("text", "json")
 
 
 def _check_mode(mode: str) -> None:
@@ -32,14 +34,51 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-@app.command("pub")
+def _writable(path: Path | None, what: str) -> None:
+    if path is not None and not path.parent.is_dir():
+        fail(f"{what} {path}: the directory {path.parent} does not exist")
+
+
+def _stdin_lines(stop: threading.Event) -> Iterator[bytes]:
+    """Lines of standard input without their newline, read on a thread of their own so that Ctrl-C
+    stops us even while `tail -f` keeps the pipe open and silent."""
+    lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10_000)
+
+    def read() -> None:
+        for line in sys.stdin.buffer:
+            lines.put(line.rstrip(b"\r\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    while not stop.is_set():
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if line is None:
+            return
+        yield line
+
+
+def _synthetic(count: int, size: int, stop: threading.Event) -> Iterator[bytes]:
+    i = 0
+    while (count == 0 or i < count) and not stop.is_set():
+        yield i.to_bytes(8, "big") + b"\x00" * max(size - 8, 0) if size >= 8 else b"\x00" * size
+        i += 1
+
+
 @clean_errors
 def pub(
     via: str = typer.Option(..., help="Any node of the ring, H:P."),
-    topic: str = typer.Option(..., help="The topic to publish on."),
-    count: int = typer.Option(100, min=0, help="Messages to send (0: until Ctrl-C)."),
-    rate: float = typer.Option(10.0, min=0.0, help="Messages per second (0: as fast as possible)."),
-    size: int = typer.Option(100, min=0, max=512 * 1024, help="Payload bytes."),
+    topic: list[str] = typer.Option(..., help="A topic to publish on; give it several times to send every "
+                                    "message to each."),
+    message: list[str] = typer.Option(None, help="Send this text (several times: several messages, in order)."),
+    stdin: bool = typer.Option(False, "--stdin", help="Send each line of standard input as a message "
+                               "(`tail -f app.log | chordpub pub ... --stdin`)."),
+    count: int = typer.Option(None, min=0, help="Synthetic load: messages to send (0: until Ctrl-C; default 100)."),
+    rate: float = typer.Option(None, min=0.0, help="Messages per second (0: as fast as possible; default 10 for "
+                               "synthetic load, unpaced for --message and --stdin)."),
+    size: int = typer.Option(None, min=0, max=512 * 1024, help="Synthetic load: payload bytes (default 100)."),
     history: int = typer.Option(None, min=0, help="Messages kept for late joiners and repair "
                                 "(default 0; 1000 with --reliable)."),
     strength: int = typer.Option(None, help="Ownership strength: the topic becomes exclusive."),
@@ -48,115 +87,181 @@ def pub(
     linger: float = typer.Option(0.0, min=0.0, help="After the last message, keep serving history and "
                                  "repair this many seconds."),
     heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between registration renewals."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and repair sockets on."),
-    trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: seq, sent_ns)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and service sockets on."),
+    trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: topic, publisher, seq, sent_ns)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
 ) -> None:
-    """Publish COUNT messages of SIZE bytes at RATE per second on TOPIC."""
-    from pubsub.publisher import Publisher
+    """Publish on each TOPIC: the --message texts, the lines of --stdin, or COUNT synthetic messages of
+    SIZE bytes at RATE per second."""
+    from chordpub import Client
 
     endpoint_arg(via)
     _check_mode(mode)
-    keep = history if history is not None else (1000 if reliable else 0)
+    _writable(trace, "--trace")
+    synthetic = count is not None or size is not None
+    if sum((bool(message), stdin, synthetic)) > 1:
+        fail("give one of --message, --stdin, or --count/--size (synthetic load)")
     stop = _stop_on_signals()
-    publisher = Publisher(via, topic, host=host, history=keep, strength=strength, heartbeat=heartbeat,
-                          mode=mode, setup=curve_setup(curve, "publisher")).start()
+    if message:
+        payloads: Iterator[bytes] = (m.encode("utf-8") for m in message)
+    elif stdin:
+        payloads = _stdin_lines(stop)
+    else:
+        payloads = _synthetic(100 if count is None else count, 100 if size is None else size, stop)
+    period = 1.0 / rate if rate else (0.1 if rate is None and not (message or stdin) else 0.0)
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
-    try:
-        period = 1.0 / rate if rate > 0 else 0.0
-        t0 = time.monotonic()
-        i = 0
-        while (count == 0 or i < count) and not stop.is_set():
-            payload = i.to_bytes(8, "big") + b"\x00" * max(size - 8, 0) if size >= 8 else b"\x00" * size
-            env = publisher.publish(payload)
+    sent = 0
+    with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher") as client:
+        try:
+            for t in topic:
+                client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode)
+            t0 = time.monotonic()
+            for i, payload in enumerate(payloads):
+                for t in topic:
+                    seq = client.publish(t, payload)
+                    if out:
+                        out.write(json.dumps({"topic": t, "publisher": client.id, "seq": seq,
+                                              "sent_ns": time.time_ns()}) + "\n")
+                sent += 1
+                if stop.is_set():
+                    break
+                if period:
+                    stop.wait(max(t0 + (i + 1) * period - time.monotonic(), 0))
+            if linger and not stop.is_set():
+                stop.wait(linger)
+        finally:
             if out:
-                out.write(json.dumps({"topic": topic, "publisher": publisher.id, "seq": env.seq,
-                                      "sent_ns": env.sent_ns}) + "\n")
-            i += 1
-            if period:
-                stop.wait(max(t0 + i * period - time.monotonic(), 0))
-        if linger and not stop.is_set():
-            stop.wait(linger)
-    finally:
-        publisher.close()
-        if out:
-            out.close()
-    typer.echo(f"published {publisher.sent} messages on {topic!r} as {publisher.id}", err=True)
+                out.close()
+        typer.echo(f"published {sent} messages on {', '.join(repr(t) for t in topic)} as {client.id}", err=True)
 
 
-@app.command("sub")
+def _printer(fmt: str, several: bool):  # noqa: ANN202 - (Message) -> None
+    def show(m) -> None:  # noqa: ANN001 - a chordpub.Message
+        if fmt == "json":
+            row = {"topic": m.topic, "publisher": m.publisher, "seq": m.seq, "latency_ms": round(m.latency_ms, 3),
+                   "recovered": m.recovered}
+            try:
+                row["payload"] = m.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                row["payload"] = base64.b64encode(m.payload).decode("ascii")
+                row["base64"] = True
+            line = json.dumps(row, ensure_ascii=False)
+        else:
+            line = (f"[{m.topic}] " if several else "") + m.text
+        print(line, flush=True)
+
+    return show
+
+
 @clean_errors
 def sub(
     via: str = typer.Option(..., help="Any node of the ring, H:P."),
-    topic: str = typer.Option(..., help="The topic to subscribe to."),
-    count: int = typer.Option(None, min=1, help="Stop after this many messages."),
+    topic: list[str] = typer.Option(..., help="A topic to follow; give it several times to follow several."),
+    count: int = typer.Option(None, min=1, help="Stop after this many messages in all."),
     seconds: float = typer.Option(None, min=0.0, help="Stop after this many seconds."),
     history: int = typer.Option(0, min=0, help="On joining, ask each publisher for its last K messages."),
     reliable: bool = typer.Option(False, help="In order, no duplicates, gaps repaired from history."),
     mode: str = typer.Option("direct", help="direct | relay."),
-    heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between lease renewals and re-reads."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind the notify socket on."),
+    heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between lease renewals."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind the service socket on."),
     trace: Path = typer.Option(None, help="Append deliveries here (JSON Lines, the trace schema)."),
-    dead_letter: Path = typer.Option(None, help="Append unrepairable gaps here (JSON Lines)."),
+    dead_letter: Path = typer.Option(None, help="Append what reliable mode could not repair (JSON Lines)."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
     source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
-    print_messages: bool = typer.Option(False, "--print", help="Print each delivery on stdout."),
+    print_messages: bool = typer.Option(False, "--print", help="Print each message's payload on stdout."),
+    fmt: str = typer.Option("text", "--format", help="With --print: text (the payload; prefixed by [topic] when "
+                            "following several) | json (topic, publisher, seq, latency_ms, recovered, payload; "
+                            "base64 with \"base64\": true when not UTF-8)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
 ) -> None:
-    """Receive TOPIC from every publisher, directly; print a summary at the end."""
-    from pubsub.subscriber import Subscriber
-    from traces.writer import JsonlWriter
+    """Receive every TOPIC from all of its publishers; print a summary per topic at the end."""
+    from chordpub import Client
 
     endpoint_arg(via)
     _check_mode(mode)
     check_source(source)
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if count is None and seconds is None and as_json:
         fail("--json needs --count or --seconds (or the summary would never be printed)")
+    if len(set(topic)) != len(topic):
+        fail("a --topic is given twice")
+    _writable(trace, "--trace")
+    _writable(dead_letter, "--dead-letter")
     stop = _stop_on_signals()
-    writer = JsonlWriter(trace, "deliveries") if trace else None
     dead = open(dead_letter, "a", buffering=1) if dead_letter else None  # noqa: SIM115
-    subscriber: Subscriber | None = None
+    received = [0]
+    enough = threading.Event()
+    show = _printer(fmt, len(topic) > 1) if print_messages else None
 
-    def on_delivery(d) -> None:  # noqa: ANN001 - a pubsub.subscriber.Delivery
-        if writer:
-            writer.write({"run": run, "source": source, "mode": mode, "topic": topic,
-                          "publisher": d.env.publisher, "subscriber": subscriber.id, "seq": d.env.seq,
-                          "sent_ns": d.env.sent_ns, "recv_ns": d.recv_ns, "latency_ms": d.latency_ms,
-                          "recovered": d.recovered})
-        if print_messages:
-            print(f"{d.env.publisher} #{d.env.seq} {d.latency_ms:.3f} ms"
-                  f"{' (recovered)' if d.recovered else ''}", flush=True)
+    def on_message(m) -> None:  # noqa: ANN001 - a chordpub.Message
+        if enough.is_set():
+            return
+        if show is not None:
+            try:
+                show(m)
+            except BrokenPipeError:  # `| head -1`: the reader has gone
+                stop.set()
+        received[0] += 1
+        if count is not None and received[0] >= count:
+            enough.set()
 
-    def on_dead_letter(row: dict) -> None:
+    def on_dead_letter(letter) -> None:  # noqa: ANN001 - a chordpub.DeadLetter
         if dead:
-            dead.write(json.dumps(row) + "\n")
+            dead.write(json.dumps(letter.to_dict()) + "\n")
 
+    deadline = None if seconds is None else time.monotonic() + seconds
     try:
-        subscriber = Subscriber(via, topic, host=host, history=history, reliable=reliable, heartbeat=heartbeat,
-                                on_delivery=on_delivery, on_dead_letter=on_dead_letter, mode=mode,
-                                setup=curve_setup(curve, "subscriber"))
-        stats = subscriber.run(count=count, duration=seconds, stop=stop.is_set)
+        with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="subscriber", trace=trace, trace_run=run,
+                    trace_source=source, on_dead_letter=on_dead_letter) as client:
+            subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message)
+                    for t in topic]
+            while not (stop.is_set() or enough.is_set()):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                stop.wait(0.2 if left is None else min(left, 0.2))
+            summaries = [s.summary() for s in subs]
+            unmatched = {why for s in subs for why in s.unmatched.values()}
+            for s in subs:
+                s.unsubscribe()
     finally:
-        if subscriber is not None:
-            subscriber.close()
-        if writer:
-            writer.close()
         if dead:
             dead.close()
-    lat = np.asarray(stats.latencies_ms)
-    summary = {"topic": topic, "received": stats.received, "duplicates": stats.duplicates, "gaps": stats.gaps,
-               "publishers": len(stats.publishers), "recovered": stats.recovered,
-               "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3) if lat.size else None,
-                              "p99": round(float(np.percentile(lat, 99)), 3) if lat.size else None}}
-    for why in stats.unmatched.values():
+    for why in sorted(unmatched):
         typer.echo(f"chordpub: {why}", err=True)
-    emit(summary, as_json, lambda o: (
-        f"{o['topic']}: received {o['received']} from {o['publishers']} publishers "
-        f"({o['recovered']} recovered), {o['duplicates']} duplicates, {o['gaps']} lost; "
-        f"latency p50 {o['latency_ms']['p50']} ms p99 {o['latency_ms']['p99']} ms"))
-    if count is not None and stats.received < count and not stop.is_set():
+    total = _totals(summaries, subs)
+    emit(total, as_json, _human_summary)
+    if count is not None and received[0] < count and not stop.is_set():
         sys.exit(1)
+
+
+def _totals(summaries: list[dict], subs: list) -> dict:
+    """The --json object: the figures of every topic together, and each topic's under "topics"."""
+    from pubsub.stats import LatencyHistogram
+
+    latency = LatencyHistogram()
+    for s in subs:
+        latency.merge(s.stats.latency)
+    p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
+    total = {k: sum(s[k] for s in summaries) for k in ("received", "duplicates", "gaps", "recovered", "dropped")}
+    total["publishers"] = len(set().union(*(s.stats.publishers for s in subs)))
+    total["latency_ms"] = {"p50": None if p50 is None else round(p50, 3), "p99": None if p99 is None else round(p99, 3)}
+    total["topics"] = summaries
+    return total
+
+
+def _human_summary(o: dict) -> str:
+    def line(s: dict) -> str:
+        lat = s["latency_ms"]
+        latency = "no latency (nothing received)" if lat["p50"] is None else (
+            f"latency p50 {lat['p50']} ms p99 {lat['p99']} ms")
+        return (f"{s['topic']}: received {s['received']} from {s['publishers']} publishers "
+                f"({s['recovered']} recovered), {s['duplicates']} duplicates, {s['gaps']} lost"
+                + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "") + f"; {latency}")
+
+    return "\n".join(line(s) for s in o["topics"])
 
 
 @topic_app.command("info")
@@ -166,15 +271,17 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Show the topic's id, owner node, publishers (with strength and history) and subscriber count."""
-    from pubsub.directory import Directory
+    from pubsub.directory import topic_info as read_info
 
     with dht_client(via, curve) as client:
-        info = Directory(client).info(topic)
+        info = read_info(client, topic)
 
     def human(o: dict) -> str:
         lines = [f"topic {o['topic']} (id {o['key_id']}) owned by {o['owner']['endpoint']}",
                  f"{len(o['publishers'])} publishers, {o['subscribers']} subscribers"]
-        lines += [f"  {p['id']}  strength {p['strength']}  history {p['history']}" for p in o["publishers"]]
+        lines += [f"  {p['id']}  strength {'none' if p['strength'] is None else p['strength']}  history {p['history']}"
+                  for p in o["publishers"]]
         return "\n".join(lines)
 
     emit(info, as_json, human)
+

@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chordpub.cli import app, clean_errors
+from chordpub.cli_common import clean_errors
 from sim.lookup import LookupTrace
 
 sim_app = typer.Typer(help="The large-ring simulator: lookups, load, failures, churn, the Chord paper's figures.",
                       no_args_is_help=True)
-app.add_typer(sim_app, name="sim")
 
 SEED = typer.Option(None, help="Random seed (the same seed gives the same run).")
 OUT = typer.Option(None, help="Write a run directory here: manifest.json and Parquet traces.")
@@ -212,5 +211,3 @@ def churn_cmd(nodes: int = typer.Option(500, help="Nodes at the start (joins and
                       f"{s['mean_hops']:.2f}, timeouts {s['mean_timeouts']:.3f}; "
                       f"{res.joins} joins, {res.failures} failures"])
 
-
-from chordpub import cli_sim_paper  # noqa: E402,F401 - registers `sim paper`

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli import clean_errors, fail
-from chordpub.cli_sim import JSON, OUT, progress_bar, sim_app, start_run, write_lookups
+from chordpub.cli_common import clean_errors, fail
+from chordpub.cli_sim import JSON, OUT, progress_bar, start_run, write_lookups
 from sim import paper
 
 
@@ -31,7 +31,6 @@ def _task(keep_traces: bool):
     return run
 
 
-@sim_app.command("paper")
 @clean_errors
 def paper_cmd(scale: str = typer.Option("small", help="small: minutes on a laptop; paper: the paper's sizes."),
               figures: str = typer.Option(",".join(paper.FIGURES), help="Which figures, e.g. 8,10."),

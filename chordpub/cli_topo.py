@@ -7,10 +7,9 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli import app, clean_errors
+from chordpub.cli_common import clean_errors
 
 topo_app = typer.Typer(help="Network topologies for the simulator and Mininet (spec strings).", no_args_is_help=True)
-app.add_typer(topo_app, name="topo")
 
 
 @topo_app.command("show")

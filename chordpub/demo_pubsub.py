@@ -19,7 +19,7 @@ import numpy as np
 from chordpub.launcher import stop_processes, wait_for
 from dht.client import DhtClient
 from dht.transport import SocketSetup
-from pubsub.directory import Directory
+from pubsub.directory import topic_info
 from traces.writer import read_jsonl
 
 PUBLISHERS = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
@@ -51,9 +51,8 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
                 "--run", run, "--json", "--trace", str(run_dir / "deliveries" / f"{mode}-{name}.jsonl"),
                 *keys]))
         with DhtClient(endpoints[0], setup=setup) as client:
-            directory = Directory(client)
             wanted = {t: list(SUBSCRIBERS.values()).count(t) for t in set(SUBSCRIBERS.values())}
-            wait_for(lambda: all(directory.info(t)["subscribers"] >= n for t, n in wanted.items()),
+            wait_for(lambda: all(topic_info(client, t)["subscribers"] >= n for t, n in wanted.items()),
                      timeout=30, what=f"{mode} subscribers registered")
         pubs = [_spawn(logdir, f"{mode}-{name}", [
             "pub", "--via", endpoints[-1 - i % len(endpoints)], "--topic", topic, "--mode", mode,

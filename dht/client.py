@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+import zmq
+
 from dht import wire
 from dht.ids import check_bits, key_id
 from dht.records import NOT_OWNER
@@ -123,10 +125,10 @@ class DhtClient:
     """A client of the ring entered through the node at `via` ("host:port")."""
 
     def __init__(self, via: str, timeout: float = 1.0, retries: int = 1,
-                 setup: SocketSetup | None = None) -> None:
+                 setup: SocketSetup | None = None, context: zmq.Context | None = None) -> None:
         wire.parse_endpoint(via)
         self.via = via
-        self.rpc = RpcClient(timeout=timeout, retries=retries, setup=setup)
+        self.rpc = RpcClient(timeout=timeout, retries=retries, setup=setup, context=context)
         self._bits: int | None = None
         # where lookups may start: `via` first, then nodes seen answering, for when `via` dies
         self.entry_points: list[str] = [via]

@@ -113,6 +113,13 @@ def start_authenticator(curve: Curve, context: zmq.Context | None = None) -> Thr
     return auth
 
 
+def stop_authenticator(context: zmq.Context) -> None:
+    """Stop the ZAP handler of one context (a chordpub.Client's, at close)."""
+    auth = _authenticators.pop(id(context), None)
+    if auth is not None:
+        auth.stop()
+
+
 def stop_authenticators() -> None:
     for auth in _authenticators.values():
         auth.stop()

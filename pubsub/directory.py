@@ -1,10 +1,11 @@
 """The topic registry, on the ring: who publishes and who subscribes to a topic.
 
-The record at `key_id(topic)`'s owner (replicated like every key) holds one leased field per
-publisher ("pub/<id>": endpoint, repair endpoint, strength, offered history) and per subscriber
-("sub/<id>"). Each lease lasts three heartbeats and every heartbeat renews it, so a process that
-dies vanishes within a lease; a subscriber's notify endpoint is also a watcher of the record, so
-the owner tells it at once when a publisher appears or goes.
+The record at `key_id(topic)`'s owner (dht/records.py; replicated like every key) holds one leased
+field per publishing client ("pub/<id>": PUB endpoint, service endpoint for history and repair,
+strength, offered history, mode) and per subscribing client ("sub/<mode>/<id>"). Each lease lasts three
+heartbeats and every heartbeat renews it (pubsub/registrar.py, one request per owner node for all
+of a client's topics), so a client that dies vanishes within a lease. Subscribers watch the "pub/"
+namespace of the record on the owner's events socket and never see each other.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 import msgpack
 
 from dht import wire
-from dht.client import DhtClient
+from dht.client import DhtClient, DhtError
 from dht.ids import key_id
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,11 @@ log = logging.getLogger(__name__)
 PUB = "pub/"
 SUB = "sub/"
 LEASE_HEARTBEATS = 3
+
+
+def subscriber_field(mode: str, client_id: str) -> str:
+    """A subscriber's field: by mode, so that an owner counts a publisher's subscribers in one step."""
+    return f"{SUB}{mode}/{client_id}"
 
 
 @dataclass(frozen=True)
@@ -72,42 +78,19 @@ def leader(publishers: list[PublisherEntry]) -> PublisherEntry | None:
     return min(ranked, key=lambda p: (-p.strength, p.id))
 
 
-class Directory:
-    """Registers and finds publishers and subscribers of topics through a DhtClient."""
-
-    def __init__(self, client: DhtClient, heartbeat: float = 1.0) -> None:
-        self.client = client
-        self.heartbeat = heartbeat
-        self.lease = LEASE_HEARTBEATS * heartbeat
-
-    def register_publisher(self, topic: str, entry: PublisherEntry) -> None:
-        self.client.put_field(topic, PUB + entry.id, entry.to_bytes(), self.lease)
-
-    def unregister_publisher(self, topic: str, publisher_id: str) -> None:
-        self.client.del_field(topic, PUB + publisher_id)
-
-    def register_subscriber(self, topic: str, subscriber_id: str, notify: str) -> None:
-        self.client.put_field(topic, SUB + subscriber_id, msgpack.packb({"notify": notify}), self.lease)
-        self.client.watch(topic, notify, self.lease)
-
-    def unregister_subscriber(self, topic: str, subscriber_id: str) -> None:
-        self.client.del_field(topic, SUB + subscriber_id)
-
-    def publishers(self, topic: str) -> list[PublisherEntry]:
-        return publishers_from_fields(self.client.get_record(topic))
-
-    def info(self, topic: str) -> dict:
-        """`chordpub topic info` (the CLI contract)."""
-        found = self.client.lookup(topic)
-        if not found.ok or found.owner is None:
-            raise RuntimeError(f"lookup of topic {topic!r} failed: {found.error}")
-        fields = self.client.get_record(topic)
-        pubs = publishers_from_fields(fields)
-        return {
-            "topic": topic,
-            "key_id": key_id(topic, self.client.bits),
-            "owner": found.owner.to_dict(),
-            "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history}
-                           for p in pubs],
-            "subscribers": sum(1 for name in fields if name.startswith(SUB)),
-        }
+def topic_info(client: DhtClient, topic: str) -> dict:
+    """`chordpub topic info` (the CLI contract): owner, publishers, subscriber count."""
+    found = client.lookup(topic)
+    if not found.ok or found.owner is None:
+        raise DhtError(f"lookup of topic {topic!r} failed: {found.error}")
+    result = client.record_item({"k": topic, "read": PUB, "count": SUB})
+    fields = result.get("fields") or {}
+    pubs = publishers_from_fields(fields if isinstance(fields, dict) else {})
+    return {
+        "topic": topic,
+        "key_id": key_id(topic, client.bits),
+        "owner": found.owner.to_dict(),
+        "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history}
+                       for p in pubs],
+        "subscribers": int(result.get("count") or 0),
+    }

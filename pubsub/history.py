@@ -8,6 +8,7 @@ repair a gap. Pure: no sockets, no clocks.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 from pubsub.envelope import Envelope
 
@@ -35,7 +36,7 @@ class History:
     def last(self, k: int) -> list[Envelope]:
         if k <= 0:
             return []
-        return list(self._items)[-k:]
+        return list(islice(self._items, max(len(self._items) - k, 0), None))
 
     def range(self, lo: int, hi: int | None = None, limit: int = 1000) -> list[Envelope]:
         """Held messages with lo <= seq <= hi (hi None: to the newest), oldest first, at most `limit`."""
@@ -44,8 +45,7 @@ class History:
         if start > hi or not self._items:
             return []
         offset = start - self.first_seq
-        items = list(self._items)
-        return items[offset: offset + min(hi - start + 1, limit)]
+        return list(islice(self._items, offset, offset + min(hi - start + 1, limit)))
 
     def __len__(self) -> int:
         return len(self._items)

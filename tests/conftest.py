@@ -46,3 +46,42 @@ def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     for w in words:
         assert w in lines[0], lines[0]
+
+
+def start_module_ring(tmp_path_factory, name: str, nodes: int, **options):  # noqa: ANN001, ANN201
+    """A consistent ring of `nodes` processes for a test module (use as a generator fixture body)."""
+    ring = LocalRing(tmp_path_factory.mktemp(name), options={"stabilize": PERIOD, **options})
+    try:
+        ring.start(nodes)
+        ring.wait_consistent(timeout=60, fingers=True)
+        yield ring
+    finally:
+        ring.stop()
+
+
+@pytest.fixture
+def procs(tmp_path: Path):
+    """spawn(name, *cli_args) -> Popen, logging to tmp_path/name.log; all killed at teardown."""
+    from chordpub.launcher import stop_processes
+
+    started: list[subprocess.Popen] = []
+
+    def spawn(name: str, *args: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:  # noqa: ANN001
+        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed when the child exits
+        p = subprocess.Popen([sys.executable, "-m", "chordpub", *args], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=stdin, start_new_session=True)
+        log.close()
+        started.append(p)
+        return p
+
+    yield spawn
+    stop_processes(started, grace=3)
+
+
+def jsonl(path: Path) -> list[dict]:
+    """The whole JSON lines of a file a process may still be writing (a torn last line is skipped)."""
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]

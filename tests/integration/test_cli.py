@@ -12,20 +12,12 @@ import zmq
 
 from chordpub.launcher import stop_processes, wait_for
 from dht.ids import key_id, owner_of
-from tests.conftest import one_error_line, run_cli
+from tests.conftest import one_error_line, run_cli, start_module_ring
 
 
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
-    from chordpub.launcher import LocalRing
-
-    r = LocalRing(tmp_path_factory.mktemp("cli-ring"), options={"stabilize": 0.2})
-    try:
-        r.start(5)
-        r.wait_consistent(timeout=30, fingers=True)
-        yield r
-    finally:
-        r.stop()
+    yield from start_module_ring(tmp_path_factory, "cli-ring", 5)
 
 
 def dead_endpoint() -> str:

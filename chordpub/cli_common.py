@@ -1,0 +1,88 @@
+"""What every `chordpub` command shares: one-line errors, --json output, endpoints, --curve.
+
+Bad input gives one clear line on stderr and a non-zero exit, never a traceback (the CLI contract,
+docs/contracts.md); a report command given --json prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+import zmq
+
+from dht import wire
+from dht.client import DhtClient, DhtError
+
+EXIT_ERROR = 2
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    typer.echo(f"chordpub: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def clean_errors(fn: F) -> F:
+    """Turn the errors a user can cause into one line on stderr and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter):
+            raise  # typer's own exits and usage errors (Exit is a RuntimeError)
+        except zmq.ZMQError as exc:  # a bind that cannot happen: a port in use, an address not ours
+            fail(f"{exc.strerror or exc}" + (f" ({zmq_hint(exc)})" if zmq_hint(exc) else ""))
+        except (DhtError, wire.WireError, ValueError, OSError, TimeoutError, RuntimeError) as exc:
+            message = str(exc) or type(exc).__name__
+            if "no reply from" in message:
+                message += " (is it running? a ring started with --curve serves only clients holding its keys)"
+            fail(message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def check_source(source: str) -> None:
+    if source not in ("live", "mininet"):
+        fail(f"--source must be live or mininet, got {source!r}")
+
+
+CURVE_HELP = "CURVE keys directory (from `chordpub keys generate`): encrypt, and authenticate to the ring."
+
+
+def curve_setup(curve: Path | None, role: str):  # -> SocketSetup | None
+    """The socket hook for --curve DIR as `role`, with the ZAP authenticator running (None without)."""
+    from dht.curve import socket_setup
+
+    return socket_setup(curve, role)
+
+
+def dht_client(endpoint: str, curve: Path | None) -> DhtClient:
+    """A client for the one-shot commands; a ring that runs --curve answers only with the keys."""
+    return DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"))
+
+
+def endpoint_arg(text: str) -> str:
+    wire.parse_endpoint(text)
+    return text
+
+
+def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
+    typer.echo(json.dumps(obj) if as_json else human(obj))
+
+
+def peer_text(p: dict | None) -> str:
+    return "none" if p is None else f"{p['endpoint']} ({p['id']})"
+
+
+def zmq_hint(exc: zmq.ZMQError) -> str:
+    if exc.errno == zmq.EADDRINUSE:
+        return "another process listens on that port: pick another --port, or 0 for a free one"
+    if exc.errno == zmq.EADDRNOTAVAIL:
+        return "that address is not one of this machine's: check --host"
+    return ""

@@ -1,0 +1,229 @@
+"""`chordpub node ...` and `chordpub ring ...`: run discovery nodes, query them, start and check rings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chordpub.cli_common import (
+    CURVE_HELP,
+    check_source,
+    clean_errors,
+    curve_setup,
+    dht_client,
+    emit,
+    endpoint_arg,
+    fail,
+    peer_text,
+)
+from dht.ids import check_bits
+
+node_app = typer.Typer(help="Run one discovery node, or query a running one.", no_args_is_help=True)
+ring_app = typer.Typer(help="Start a local ring of node processes, or check a running ring.",
+                       no_args_is_help=True)
+
+
+@node_app.command("start")
+@clean_errors
+def node_start(
+    host: str = typer.Option("127.0.0.1", help="Address to bind and advertise."),
+    port: int = typer.Option(5555, help="Port to bind; 0 picks a free one."),
+    join: str = typer.Option(None, help="Join the ring through this node (H:P); omit to create a ring."),
+    id: int = typer.Option(None, "--id", help="Node id; default key_id('host:port')."),
+    bits: int = typer.Option(64, help="Identifier bits (8..128); every node of a ring must agree."),
+    successors: int = typer.Option(8, help="Successor-list length r."),
+    replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
+    stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
+    data_dir: Path = typer.Option(None, help="Keep the store in DIR/store.sqlite3; restarted with the same id "
+                                  "the node rejoins with its keys."),
+    trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
+    run: str = typer.Option("live", help="Run name written in trace rows."),
+    source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
+    ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
+    relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
+    log_level: str = typer.Option("INFO", help="Logging level."),
+) -> None:
+    """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
+    from dht.node import ChordNode, NodeConfig
+
+    check_source(source)
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if join:
+        endpoint_arg(join)
+    config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
+                        successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir)
+    writer = None
+    if trace is not None:
+        from traces.writer import JsonlWriter
+
+        writer = JsonlWriter(trace, "lookups")
+    # the server thread must not wait 5 ms for the GIL while the maintenance thread computes
+    sys.setswitchinterval(0.0005)
+    relay_service = None
+    setup = curve_setup(curve, "node")
+    if relay:
+        from pubsub.relay import Relay
+
+        relay_service = Relay(host, setup=setup).start()
+        config.services.update(relay_service.services)
+    node = ChordNode(config, setup=setup)
+    if writer is not None:
+        lock = threading.Lock()
+
+        def record(found: Any) -> None:
+            with lock:
+                writer.write({"run": run, "source": source, "nodes": None, "key_id": found.key_id,
+                              "origin": node.me.id, "owner": found.owner.id if found.owner else None,
+                              "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
+                              "ok": found.ok, "ts": time.time()})
+
+        config.on_lookup = record
+    stop_requested = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_requested.set())
+    node.start()
+    if ready_file is not None:
+        tmp = Path(f"{ready_file}.tmp")
+        tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}))
+        os.replace(tmp, ready_file)
+    logging.getLogger("chordpub").info("node %s id %d serving", node.endpoint, node.me.id)
+    while not stop_requested.is_set() and not node.stopped.is_set():
+        stop_requested.wait(0.2)
+    if not node.stopped.is_set():
+        node.leave()
+        node.wait(timeout=3 * node.timeout + 1)
+    node.stop()
+    if relay_service is not None:
+        relay_service.close()
+    if writer is not None:
+        writer.close()
+
+
+@node_app.command("info")
+@clean_errors
+def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
+              curve: Path = typer.Option(None, help=CURVE_HELP),
+              as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Show a node's id, predecessor, successor list, fingers and key count."""
+    with dht_client(endpoint, curve) as client:
+        info = client.info()
+    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys")}
+
+    def human(o: dict) -> str:
+        distinct = []
+        for f in o["fingers"]:
+            if f is not None and f not in distinct:
+                distinct.append(f)
+        return "\n".join([
+            f"node        {o['endpoint']}  id {o['id']}",
+            f"predecessor {peer_text(o['predecessor'])}",
+            "successors  " + ", ".join(s["endpoint"] for s in o["successors"]),
+            f"fingers     {len(distinct)} distinct: " + ", ".join(f["endpoint"] for f in distinct),
+            f"keys        {o['keys']} owned",
+        ])
+
+    emit(out, as_json, human)
+
+
+@node_app.command("lookup")
+@clean_errors
+def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at this node, H:P."),
+                key: str = typer.Argument(..., help="The key (a topic name)."),
+                curve: Path = typer.Option(None, help=CURVE_HELP),
+                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Find the node that owns KEY, iteratively from ENDPOINT, with the path taken."""
+    with dht_client(endpoint, curve) as client:
+        found = client.lookup(key)
+    if not found.ok:
+        fail(f"lookup of {key!r} failed: {found.error}")
+    out = {"key": key, "key_id": found.key_id, "owner": found.owner.to_dict(), "hops": found.hops,
+           "path": found.path, "ms": round(found.ms, 3)}
+    emit(out, as_json, lambda o: (f"{o['key']} (id {o['key_id']}) -> {peer_text(o['owner'])} "
+                                  f"in {o['hops']} hops, {o['ms']:.2f} ms via {' > '.join(o['path'])}"))
+
+
+@node_app.command("leave")
+@clean_errors
+def node_leave(endpoint: str = typer.Argument(..., help="The node that should leave, H:P."),
+               curve: Path = typer.Option(None, help=CURVE_HELP)) -> None:
+    """Ask a node to leave the ring gracefully (it hands its keys to its successor and exits)."""
+    with dht_client(endpoint, curve) as client:
+        client.leave()
+    typer.echo(f"{endpoint} is leaving the ring")
+
+
+# -- ring -------------------------------------------------------------------------------------------
+@ring_app.command("up")
+@clean_errors
+def ring_up(
+    nodes: int = typer.Option(..., "--nodes", min=1, max=1024, help="How many node processes."),
+    host: str = typer.Option("127.0.0.1", help="Address the nodes bind."),
+    base_port: int = typer.Option(5555, help="Ports base-port .. base-port+N-1; 0 picks free ports."),
+    file: Path = typer.Option(Path("ring.json"), help="Where to write the nodes' endpoints and ids."),
+    bits: int = typer.Option(64, help="Identifier bits."),
+    successors: int = typer.Option(8, help="Successor-list length r."),
+    replicas: int = typer.Option(3, help="Copies of each key."),
+    stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
+    log_dir: Path = typer.Option(None, help="Node logs go here (default: a temporary directory)."),
+    wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
+) -> None:
+    """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM."""
+    from chordpub.launcher import LocalRing
+
+    check_bits(bits)
+    workdir = log_dir or Path(tempfile.mkdtemp(prefix="chordpub-ring-"))
+    options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
+               "curve": curve}
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with LocalRing(workdir, host, base_port, options, setup=curve_setup(curve, "client")) as ring:
+        ring.start(nodes)
+        ring.write_file(file)
+        for n in ring.nodes:
+            typer.echo(f"{n.endpoint}  id {n.id}")
+        if wait > 0:
+            report, took = ring.wait_consistent(wait)
+            typer.echo(f"ring of {report['nodes']} nodes consistent after {took:.1f}s; "
+                       f"endpoints in {file}, logs in {workdir}; Ctrl-C stops it")
+        while not stop.is_set():
+            if not ring.live:
+                fail("every node has exited; see the logs in " + str(workdir))
+            stop.wait(0.5)
+        typer.echo("stopping the ring", err=True)
+
+
+@ring_app.command("check")
+@clean_errors
+def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+               expect: int = typer.Option(None, help="Also require exactly this many nodes."),
+               curve: Path = typer.Option(None, help=CURVE_HELP),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Walk the ring by successor pointers and compare it with the ideal ring (exit 0 iff consistent)."""
+    from dht.ringcheck import check_ring
+
+    with dht_client(endpoint, curve) as client:
+        report = check_ring(client, expected=expect)
+
+    def human(o: dict) -> str:
+        lines = [f"nodes {o['nodes']}  consistent {o['consistent']}  fingers correct "
+                 f"{o['fingers_correct']:.1%}  successor lists correct {o['successors_correct']:.1%}"]
+        lines += [f"  problem: {p}" for p in o["problems"]]
+        return "\n".join(lines)
+
+    emit(report, as_json, human)
+    if not report["consistent"]:
+        raise typer.Exit(1)

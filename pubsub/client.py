@@ -1,0 +1,326 @@
+"""`chordpub.Client`: one per application process, for every topic it publishes and follows.
+
+The shape is nats.py's and paho-mqtt's (one connection object multiplexing every subscription) with
+the FEUP reliable pub/sub API's pull `get()`::
+
+    with Client(via="127.0.0.1:5555") as c:
+        c.publish("news", "hello")                      # advertises "news" on first use
+        sub = c.subscribe("news", history=10)           # returns once the publishers have our filter
+        msg = sub.get(timeout=1.0)                      # or: for msg in sub: ...
+        c.subscribe("alerts", callback=lambda m: print(m.topic, m.text))
+        sub.unsubscribe()
+
+Inside, whatever the number of topics: one ZeroMQ context, two PUB sockets (direct, and one that
+connects to relays), two SUB sockets (direct, relay), one service ROUTER (history, repair and probes
+for our publications), one RPC socket per thread, and one SUB on the ring's events sockets. Three
+threads: the io loop (pubsub/io_loop.py: receives and serves, never waits on a peer), the registrar
+(pubsub/registrar.py: the ring, one request per owner node per heartbeat), and, once a subscription
+has a callback, the dispatcher that runs callbacks (pubsub/delivery.py). `publish()` runs on the
+caller's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+import zmq
+
+from dht import wire
+from dht.client import DhtError
+from dht.transport import RpcServer
+from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
+from pubsub.directory import PUB, SUB, subscriber_field
+from pubsub.io_loop import SERVICE_SCHEMAS, IoLoop
+from pubsub.message import DeadLetter, Message
+from pubsub.publication import Publication, check_mode
+from pubsub.publishing import PublishingSide, check_topic
+from pubsub.registrar import Registrar, Registration, subscriber_value
+from pubsub.subscription import TopicState
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 1_000_000  # an envelope stays under the 1 MiB every socket accepts
+
+
+class Client:
+    """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
+
+    `via` is any node of the ring ("host:port"); `host` the address this client listens on (its PUB
+    socket and service endpoint, which publishers and subscribers on other hosts must reach);
+    `heartbeat` the seconds between lease renewals (a registration lives three heartbeats after its
+    client dies); `curve` a keys directory from `chordpub keys generate` (CurveZMQ on every socket, as
+    `role`); `timeout` bounds every call that waits on the ring (the constructor's first contact
+    included); `trace` appends every delivery to a JSON Lines file in the trace schema;
+    `on_dead_letter` is told of messages a reliable subscription will never get.
+    """
+
+    def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
+                 curve: str | Path | None = None, role: str = "client", timeout: float = 10.0,
+                 trace: str | Path | None = None, trace_run: str = "live", trace_source: str = "live",
+                 on_dead_letter: Callable[[DeadLetter], None] | None = None) -> None:
+        wire.parse_endpoint(via)
+        if not 0.01 <= heartbeat <= 3600:
+            raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
+        self.via, self.host, self.heartbeat, self.timeout = via, host, heartbeat, timeout
+        self._on_dead_letter = on_dead_letter
+        self.context = zmq.Context()
+        self._curve = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._subscriptions: dict[str, Subscription] = {}
+        self._dispatcher: Dispatcher | None = None
+        self._trace = None
+        try:
+            setup = self._curve_setup(curve, role)
+            service = RpcServer(host, 0, lambda _r: {}, setup=setup, context=self.context, schemas=SERVICE_SCHEMAS)
+            self.id = service.endpoint
+            self.publishing = PublishingSide(self.context, host, self.id, setup)
+            if trace is not None:
+                from traces.writer import JsonlWriter
+
+                self._trace = JsonlWriter(trace, "deliveries")
+                self._trace_run, self._trace_source = trace_run, trace_source
+            self.io = IoLoop(service, self.publishing, self.context, setup, heartbeat,
+                             on_reread=self._reread, on_dead_letter=self._dead_letter,
+                             on_delivered=self._traced if self._trace is not None else None)
+            self.registrar = Registrar(via, self.context, setup, heartbeat)
+            self._contact(timeout)
+        except BaseException:
+            self._teardown()
+            raise
+        self.io.start()
+        self.registrar.start()
+
+    def _curve_setup(self, curve: str | Path | None, role: str):  # noqa: ANN202 - SocketSetup | None
+        if curve is None:
+            return None
+        from dht.curve import Curve, start_authenticator
+
+        self._curve = Curve.load(Path(curve), role)
+        start_authenticator(self._curve, self.context)
+        return self._curve.setup
+
+    def _contact(self, timeout: float) -> None:
+        """The ring must answer before the client is of any use: say so at once if it does not."""
+        reply = self.registrar.dht.rpc.call(self.via, "ping", timeout=timeout, retries=0)
+        if not reply.ok:
+            raise DhtError(f"no reply from {self.via} within {timeout:g}s: is a chordpub node running there?"
+                           + (" (a ring started with --curve serves only clients holding its keys)"
+                              if reply.timed_out else f" ({reply.err})"))
+
+    # -- publishing --------------------------------------------------------------------------------------
+    def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
+                  mode: str = "direct", timeout: float | None = None) -> None:
+        """Register as a publisher of `topic` with its owner (optional: the first `publish` on a topic
+        advertises it with the defaults). `history`: messages kept for late joiners and repair (1000
+        when `reliable` and not given); `strength`: the topic becomes exclusive and subscribers take
+        only the strongest publisher; `mode`: direct (subscribers connect to us) or relay (through the
+        topic owner's relay). Returns once the owner holds the registration."""
+        self._check_open()
+        check_topic(topic)
+        pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode))
+        with self._lock:
+            held = self.publishing.publications.get(topic)
+            if held is not None:
+                if (held.history_size, held.strength, held.mode) != (pub.history_size, pub.strength, pub.mode):
+                    raise ValueError(f"{topic!r} is already advertised with other terms "
+                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
+                return
+            self.publishing.add(pub)
+        placed: Future = Future()
+        reg = Registration(topic, PUB + self.id, pub.entry(self.publishing.endpoint, self.id).to_bytes(), watch=False,
+                           relay_service="relay_in" if mode == "relay" else None,
+                           on_placed=lambda r: placed.set_result(r.counted),
+                           on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
+                           count=f"{SUB}{mode}/")
+        self.registrar.call(lambda: self.registrar.register(reg))
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        try:
+            subscribers = placed.result(wait)
+        except FutureTimeout:
+            self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
+            self.publishing.remove(topic)
+            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
+        self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
+                            min(deadline, time.monotonic() + max(2 * self.heartbeat, 1.0)))
+
+    def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
+        """Give the subscribers the owner knows of the moment it takes them to hear of us and connect
+        (bounded: a subscriber that died keeps its registration for a lease)."""
+        while subscribers and self.publishing.in_place(topic) < subscribers:
+            if time.monotonic() >= deadline:
+                log.info("%s: %d of %d subscribers connected before the first message", topic,
+                         self.publishing.in_place(topic), subscribers)
+                return
+            time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
+
+    def publish(self, topic: str, payload: bytes | str) -> int:
+        """Send one message on `topic` to its subscribers; returns its sequence number (from 1)."""
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8")
+        elif not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
+        if topic not in self.publishing.publications:
+            self.advertise(topic)
+        return self.publishing.publish(topic, bytes(payload)).seq
+
+    # -- subscribing -------------------------------------------------------------------------------------
+    def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
+                  callback: Callable[[Message], None] | None = None, timeout: float | None = None,
+                  pending_limit: int = PENDING_LIMIT) -> Subscription:
+        """Follow `topic` from every publisher. Returns once each publisher known now has our
+        subscription in place, so nothing published after this returns is missed; a publisher that
+        appears later is connected as soon as the topic's owner tells us of it.
+
+        `history`: ask each publisher for its last k messages first (recovered=True; a publisher
+        offering fewer is not matched); `reliable`: in order per publisher from its first message,
+        no duplicates, gaps repaired from its history, what it no longer holds dead-lettered;
+        `callback(message)`: run for each message on the client's callback thread (else use `get()`
+        or iterate); `pending_limit`: messages waiting for the application at most."""
+        self._check_open()
+        check_topic(topic)
+        check_mode(mode)
+        state = TopicState(topic, self.id, history, reliable, mode)
+        with self._lock:
+            if topic in self._subscriptions:
+                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
+            if callback is not None and self._dispatcher is None:
+                self._dispatcher = Dispatcher(self.id)
+            handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher, pending_limit,
+                                  wake=self.io.wake)
+            self._subscriptions[topic] = handle
+        wait = self.timeout if timeout is None else timeout
+        ready: Future = Future()
+
+        def placed(reg: Registration) -> None:
+            publishers = list(reg.publishers.values())
+            self.io.call(lambda: self.io.attach(state, handle, publishers, reg.relay, ready, wait))
+
+        reg = Registration(topic, subscriber_field(mode, self.id), subscriber_value(mode), watch=True,
+                           relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
+                           on_publishers=lambda r: self._publishers_changed(topic, r),
+                           on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)))
+        self.registrar.call(lambda: self.registrar.register(reg))
+        try:
+            return ready.result(wait)
+        except FutureTimeout:
+            self.unsubscribe(topic)
+            raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
+
+    def _publishers_changed(self, topic: str, reg: Registration) -> None:
+        publishers = list(reg.publishers.values())
+        self.io.call(lambda: self.io.set_publishers(topic, publishers))
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop following `topic`: nothing more of it is delivered once this returns, and the owner
+        drops our registration at once."""
+        with self._lock:
+            handle = self._subscriptions.pop(topic, None)
+        if handle is None:
+            return
+        detached = threading.Event()
+
+        def detach() -> None:
+            self.io.detach(topic)
+            detached.set()
+
+        if threading.current_thread() is self.io.thread:
+            detach()
+        else:
+            handle.close()  # a waiting get() returns now; the io loop stops delivering below
+            self.io.call(detach)
+            detached.wait(self.timeout)
+        if self._dispatcher is not None:
+            self._dispatcher.quiesce(handle)
+        deleted = threading.Event()
+
+        def unregister() -> None:
+            self.registrar.unregister(topic, subscriber_field(handle._state.mode, self.id))
+            deleted.set()
+
+        self.registrar.call(unregister)
+        if threading.current_thread() is not self.registrar.thread:
+            deleted.wait(self.timeout)
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        with self._lock:
+            return dict(self._subscriptions)
+
+    @property
+    def publications(self) -> dict[str, Publication]:
+        return dict(self.publishing.publications)
+
+    # -- the end --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unregister every topic, stop the threads, close every socket. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for handle in list(self._subscriptions.values()):
+            handle.close()
+        self._subscriptions.clear()
+        done = threading.Event()
+
+        def unregister_all() -> None:
+            self.registrar.unregister_all()
+            done.set()
+
+        if self.registrar.thread.is_alive():
+            self.registrar.call(unregister_all)
+            done.wait(self.timeout)
+        self.registrar.stop()
+        self.io.stop()
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
+        self._teardown()
+
+    def _teardown(self) -> None:
+        publishing = getattr(self, "publishing", None)
+        if publishing is not None:
+            publishing.close()
+        for part in ("io", "registrar"):
+            obj = getattr(self, part, None)
+            if obj is not None and not obj.thread.is_alive() and obj.thread.ident is None:
+                obj.close_unstarted()
+        if self._trace is not None:
+            self._trace.close()
+        if self._curve is not None:
+            from dht.curve import stop_authenticator
+
+            stop_authenticator(self.context)
+        self.context.destroy(linger=0)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this client is closed")
+
+    # -- from the threads --------------------------------------------------------------------------------
+    def _reread(self, topic: str) -> None:
+        self.registrar.call(lambda: self.registrar.reread(topic))
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        if self._on_dead_letter is not None:
+            self._on_dead_letter(letter)
+
+    def _traced(self, mode: str, messages: list[Message]) -> None:
+        for m in messages:
+            self._trace.write({"run": self._trace_run, "source": self._trace_source, "mode": mode,  # type: ignore[union-attr]
+                               "topic": m.topic, "publisher": m.publisher, "subscriber": self.id, "seq": m.seq,
+                               "sent_ns": m.sent_ns, "recv_ns": m.recv_ns, "latency_ms": m.latency_ms,
+                               "recovered": m.recovered})

@@ -1,0 +1,218 @@
+"""Where delivered messages go: a Subscription's own bounded queue, or its callback.
+
+The io loop (pubsub/io_loop.py) hands every message of a topic to that topic's `Subscription`:
+- without a callback, the message waits in the subscription's queue for `get()` or iteration
+  (the FEUP API's pull get);
+- with a callback, it waits in the client's one `Dispatcher` queue, whose thread runs callbacks in
+  order, so that a slow callback never holds the io loop (which also serves other clients' history
+  and repair requests and answers their probes).
+Both are bounded (`pending_limit` messages per subscription). When a best-effort subscription's
+application does not keep up, what does not fit is dropped and counted (`stats.dropped`, and a
+warning at most every 5 s), as nats.py's slow-consumer limit does; a reliable subscription never
+drops here: its limit makes the io loop stop reading (`full`), the publishers' high-water marks
+and histories take the strain, and the gaps are repaired once it drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from pubsub.message import Message
+
+if TYPE_CHECKING:
+    from pubsub.subscription import Stats, TopicState
+
+log = logging.getLogger(__name__)
+
+PENDING_LIMIT = 65_536
+WARN_EVERY = 5.0
+
+
+class Subscription:
+    """A client's subscription to one topic: iterate it, `get()` from it, or give a callback."""
+
+    def __init__(self, topic: str, state: TopicState, unsubscribe: Callable[[str], None],
+                 callback: Callable[[Message], None] | None = None, dispatcher: Dispatcher | None = None,
+                 pending_limit: int = PENDING_LIMIT, wake: Callable[[], None] | None = None) -> None:
+        self.topic = topic
+        self.callback = callback
+        self.pending_limit = pending_limit
+        self._state = state
+        self._unsubscribe = unsubscribe
+        self._dispatcher = dispatcher
+        self._wake_io = wake
+        self._queue: deque[Message] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._last_warning = float("-inf")
+        self.pending = 0  # messages handed over but not yet taken (queue or dispatcher)
+        self.was_full = False
+
+    # -- the application's side ------------------------------------------------------------------------
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to `timeout` seconds (None: until one comes); None if none came
+        or the subscription has ended. Not for a subscription with a callback."""
+        if self.callback is not None:
+            raise RuntimeError(f"the subscription to {self.topic!r} has a callback; get() would never see a message")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ready:
+            while not self._queue and not self._closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._ready.wait(left)
+            if not self._queue:
+                return None
+            msg = self._queue.popleft()
+            self.pending -= 1
+            resume = self.was_full and self.pending < self.pending_limit // 2
+        if resume:
+            self.was_full = False
+            if self._wake_io is not None:
+                self._wake_io()
+        return msg
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages as they come, until the subscription ends."""
+        while True:
+            msg = self.get()
+            if msg is None:
+                return
+            yield msg
+
+    def unsubscribe(self) -> None:
+        """Stop: nothing more of this topic is delivered once this returns, and the topic's owner drops
+        the registration at once."""
+        self._unsubscribe(self.topic)
+
+    @property
+    def stats(self) -> Stats:
+        return self._state.stats
+
+    @property
+    def lost(self) -> int:
+        return self._state.lost
+
+    @property
+    def unmatched(self) -> dict[str, str]:
+        """Publishers of the topic that this subscription does not receive, and why."""
+        return dict(self._state.unmatched)
+
+    @property
+    def active(self) -> bool:
+        return not self._closed
+
+    def summary(self) -> dict:
+        return self._state.summary()
+
+    # -- the io loop's side ------------------------------------------------------------------------------
+    @property
+    def full(self) -> bool:
+        return self.pending >= self.pending_limit
+
+    def deliver(self, messages: list[Message]) -> None:
+        """Hand over messages (io loop). Best effort: what exceeds the limit is dropped and counted."""
+        if self._closed:
+            return
+        room = self.pending_limit - self.pending
+        if len(messages) > room and not self._state.reliable:
+            dropped = len(messages) - max(room, 0)
+            self._state.stats.dropped += dropped
+            messages = messages[: max(room, 0)]
+            now = time.monotonic()
+            if now - self._last_warning >= WARN_EVERY:
+                self._last_warning = now
+                log.warning("%s: the application is not keeping up; %d messages dropped so far",
+                            self.topic, self._state.stats.dropped)
+        if not messages:
+            return
+        self.pending += len(messages)
+        if self.pending >= self.pending_limit:
+            self.was_full = True
+        if self.callback is not None and self._dispatcher is not None:
+            self._dispatcher.put(self, messages)
+            return
+        with self._ready:
+            self._queue.extend(messages)
+            self._ready.notify()
+
+    def done(self, n: int) -> None:
+        """The dispatcher ran `n` callbacks."""
+        self.pending -= n
+        if self.was_full and self.pending < self.pending_limit // 2:
+            self.was_full = False
+            if self._wake_io is not None:
+                self._wake_io()
+
+    def close(self) -> None:
+        """No more deliveries (io loop, on unsubscribe or close); a waiting get() returns None."""
+        with self._ready:
+            self._closed = True
+            self._queue.clear()
+            self.pending = 0
+            self._ready.notify_all()
+
+
+class Dispatcher:
+    """One thread per client running the callbacks of its subscriptions, in delivery order."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: deque[tuple[Subscription, list[Message]]] = deque()
+        self._ready = threading.Condition()
+        self._stopping = False
+        self._current: Subscription | None = None  # whose callbacks run now
+        self._thread = threading.Thread(target=self._run, name=f"chordpub-callbacks-{name}", daemon=True)
+        self._thread.start()
+        self.errors = 0
+
+    def put(self, sub: Subscription, messages: list[Message]) -> None:
+        with self._ready:
+            self._queue.append((sub, messages))
+            self._ready.notify()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._stopping:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                sub, messages = self._queue.popleft()
+                self._current = sub
+            for msg in messages:
+                if not sub.active:
+                    break
+                try:
+                    sub.callback(msg)  # type: ignore[misc]
+                except Exception:  # the application's bug: logged, and the next message still delivered
+                    self.errors += 1
+                    log.exception("callback of %s failed on seq %d", sub.topic, msg.seq)
+            sub.done(len(messages))
+            with self._ready:
+                self._current = None
+                self._ready.notify_all()
+
+    def quiesce(self, sub: Subscription, timeout: float = 10.0) -> None:
+        """Wait until no callback of `sub` is running (a closed subscription starts no new one)."""
+        if self._thread is threading.current_thread():
+            return  # a callback unsubscribing its own topic: it is the one running
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            while self._current is sub and time.monotonic() < deadline:
+                self._ready.wait(deadline - time.monotonic())
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)

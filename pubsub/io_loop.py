@@ -1,0 +1,462 @@
+"""The client's io loop: one thread that receives every topic the client follows and serves every
+topic it publishes, and never waits on a peer.
+
+It polls:
+- the SUB sockets: `direct`, connected to the PUB socket of every matched publisher of a direct-mode
+  topic, and `relay`, connected to the relay of each relay-mode topic's owner;
+- the service ROUTER, the client's one listening endpoint besides its PUB: other clients ask it for
+  history and repair of our publications, and for probes;
+- the RPC ROUTER on which we ask publishers the same (dht/transport.py's asynchronous face:
+  requests go out, replies come back as callbacks, a dead publisher costs a timeout, not a stall);
+- a pipe on which other threads wake it after posting work with `call()`.
+All per-topic logic is pubsub/subscription.py's; this module moves bytes and carries out what a
+`TopicState` asks for (deliveries, fetches, dead letters, re-reads of the record).
+
+Subscribing is confirmed: for each publisher known when `subscribe()` was called, the loop asks the
+publisher for a probe, and the subscription is in place once a probe with at least the promised
+token comes back on the topic's own frame (pubsub/envelope.py), since then everything published
+after it will arrive too. A probe that does not come is asked again, with backoff.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import zmq
+
+from dht import wire
+from dht.transport import Refused, RejectLog, Reply, RpcClient, RpcServer, SocketSetup
+from pubsub.delivery import Subscription
+from pubsub.directory import PublisherEntry
+from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, EnvelopeError
+from pubsub.mailbox import Mailbox
+from pubsub.message import DeadLetter, Message
+from pubsub.publishing import PublishingSide
+from pubsub.subscription import Stream, TopicState
+
+log = logging.getLogger(__name__)
+
+SERVICE_SCHEMAS: wire.Schemas = {
+    "last": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "count": (wire.uint, True)},
+    "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
+              "to": (wire.optional(wire.uint), False)},
+    "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
+}
+RCVHWM = 100_000
+BATCH = 2000  # messages read from one socket before the others get a turn
+PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
+FETCH_TIMEOUT = 2.0
+
+
+@dataclass
+class Waiter:
+    """A subscribe() waiting for its publishers' probes."""
+
+    future: Future
+    handle: Subscription
+    pending: set[str]
+    deadline: float
+    missing: dict[str, str] = field(default_factory=dict)  # publisher -> why it could not confirm
+
+
+class IoLoop:
+    def __init__(self, service: RpcServer, publishing: PublishingSide, context: zmq.Context,
+                 setup: SocketSetup | None, heartbeat: float,
+                 on_reread: Callable[[str], None] = lambda _t: None,
+                 on_dead_letter: Callable[[DeadLetter], None] | None = None,
+                 on_delivered: Callable[[str, list[Message]], None] | None = None) -> None:
+        self.service = service
+        service.handler = self._on_service
+        self.publishing = publishing
+        self.context, self.setup, self.heartbeat = context, setup, heartbeat
+        self.on_reread, self.on_dead_letter, self.on_delivered = on_reread, on_dead_letter, on_delivered
+        self.id = service.endpoint
+        self.rpc = RpcClient(timeout=1.0, retries=0, setup=setup, context=context)
+        self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
+        self.topics: dict[str, TopicState] = {}
+        self.handles: dict[str, Subscription] = {}
+        self.waiters: dict[str, Waiter] = {}
+        self._refs: dict[str, Counter[str]] = {"direct": Counter(), "relay": Counter()}
+        self._relay_of: dict[str, str] = {}  # relay-mode topic -> the relay its SUB is connected to
+        self._probe_topics: set[str] = set()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_ids = itertools.count()
+        self.mailbox = Mailbox()
+        self._stopping = threading.Event()
+        self._poller = zmq.Poller()
+        self._reading: dict[zmq.Socket, bool] = {}
+        self.reject_log = RejectLog("malformed message")
+        self.thread = threading.Thread(target=self._run, name=f"chordpub-io-{self.id}", daemon=True)
+
+    def _sub_socket(self) -> zmq.Socket:
+        sock = self.context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # a larger frame: the peer is dropped
+        if self.setup is not None:
+            self.setup(sock, False)
+        return sock
+
+    # -- other threads' door -------------------------------------------------------------------------
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the io thread, soon (thread-safe)."""
+        self.mailbox.call(fn)
+
+    def wake(self) -> None:
+        self.mailbox.wake()
+
+    def start(self) -> IoLoop:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self.wake()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = self._poller
+        for sock in (self.service.socket, self.rpc.socket):
+            poller.register(sock, zmq.POLLIN)
+        poller.register(self.mailbox.fd, zmq.POLLIN)
+        self._read(self.subs["direct"], True)
+        next_beat = time.monotonic() + self.heartbeat
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                wait = next_beat - now
+                for deadline in (self.rpc.next_deadline(), self._timers[0][0] if self._timers else None,
+                                 min((w.deadline for w in self.waiters.values()), default=None)):
+                    if deadline is not None:
+                        wait = min(wait, deadline - now)
+                events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
+                if self.mailbox.fd in events:
+                    self.mailbox.run()
+                if self.rpc.socket in events:
+                    self.rpc.on_readable()
+                if self.service.socket in events:
+                    self._serve()
+                for sock in self.subs.values():
+                    if sock in events and self._reading.get(sock):
+                        self._drain_sub(sock)
+                now = time.monotonic()
+                self.rpc.expire(now)
+                self._run_timers(now)
+                self._check_waiters(now)
+                if now >= next_beat:
+                    self._beat()
+                    next_beat = now + self.heartbeat
+                self._update_reading()
+        except Exception:
+            log.exception("the io loop stopped")
+            raise
+        finally:
+            self._shutdown()
+
+    def _read(self, sock: zmq.Socket, on: bool) -> None:
+        if self._reading.get(sock) != on:
+            self._poller.register(sock, zmq.POLLIN if on else 0)
+            self._reading[sock] = on
+
+    def _update_reading(self) -> None:
+        """A reliable subscription whose application fell behind stops our intake (back-pressure)."""
+        full = any(h.full for t, h in self.handles.items() if self.topics[t].reliable)
+        for sock in self.subs.values():
+            self._read(sock, not full)
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), fn))
+
+    def _run_timers(self, now: float) -> None:
+        while self._timers and self._timers[0][0] <= now:
+            heapq.heappop(self._timers)[2]()
+
+    # -- receiving -------------------------------------------------------------------------------------
+    def _drain_sub(self, sock: zmq.Socket) -> None:
+        touched: set[TopicState] = set()
+        topics = self.topics
+        for _ in range(BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            recv_ns = time.time_ns()
+            if len(frames) != 2:
+                self.reject_log(f"{len(frames)} frames, expected topic and envelope")
+                continue
+            try:
+                env = Envelope.decode(frames[1], probes=True)
+            except EnvelopeError as exc:
+                self.reject_log(str(exc))
+                continue
+            ts = topics.get(env.topic)
+            if ts is None or self.subs.get(ts.mode) is not sock:
+                continue  # a prefix match on a topic we do not follow (or no longer)
+            if env.is_probe:
+                st = ts.streams.get(env.publisher)
+                if st is not None and not st.confirmed and st.see_probe(env.token):
+                    self._confirmed(ts, st)
+                continue
+            ts.on_message(env, recv_ns)
+            touched.add(ts)
+        for ts in touched:
+            self._flush(ts)
+
+    def _flush(self, ts: TopicState) -> None:
+        """Carry out what the topic's state asked for."""
+        if self.topics.get(ts.topic) is not ts:
+            ts.deliveries.clear()
+            return
+        if ts.deliveries:
+            messages, ts.deliveries = ts.deliveries, []
+            self.handles[ts.topic].deliver(messages)
+            if self.on_delivered is not None:
+                self.on_delivered(ts.mode, messages)
+        while ts.fetches:
+            st, lo, hi = ts.fetches.pop(0)
+            self._fetch(ts, st, lo, hi)
+        while ts.heads:
+            st = ts.heads.pop(0)
+            self._ask_head(ts, st, ts.on_head)
+        while ts.dead:
+            letter = ts.dead.pop(0)
+            if self.on_dead_letter is not None:
+                self.on_dead_letter(letter)
+        if ts.reread:
+            ts.reread = False
+            self.on_reread(ts.topic)
+
+    def _alive(self, ts: TopicState, st: Stream) -> bool:
+        return self.topics.get(ts.topic) is ts and ts.streams.get(st.id) is st
+
+    def _fetch(self, ts: TopicState, st: Stream, lo: int, hi: int | None) -> None:
+        def on_reply(reply: Reply) -> None:
+            if not self._alive(ts, st):
+                return
+            now = time.time_ns()
+            if not reply.ok:
+                log.info("%s: fetching %d..%s from %s failed: %s", ts.topic, lo, hi, st.id, reply.err)
+                ts.fetch_done(st, now)
+            else:
+                more = ts.on_range(st, lo, hi, reply.body, now)
+                if more is not None:
+                    self._fetch(ts, st, more, hi)
+                else:
+                    ts.fetch_done(st, now)
+            self._flush(ts)
+
+        self.rpc.send(st.entry.repair, "range", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic,
+                      **{"from": lo, "to": hi})
+
+    def _ask_head(self, ts: TopicState, st: Stream, then: Callable[[Stream, dict, int], None]) -> None:
+        def on_reply(reply: Reply) -> None:
+            if not self._alive(ts, st):
+                return
+            if reply.ok:
+                then(st, reply.body, time.time_ns())
+            elif st.catching_up:
+                ts.fetch_done(st, time.time_ns())
+            self._flush(ts)
+
+        self.rpc.send(st.entry.repair, "last", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic, count=0)
+
+    def _beat(self) -> None:
+        """Reliable streams that stalled since the last beat have their tail checked; the filters
+        subscribers sent our PUB sockets are read (they must not pile up)."""
+        with self.publishing.lock:
+            self.publishing.drain_filters()
+        for ts in self.topics.values():
+            if ts.reliable:
+                for st in list(ts.streams.values()):
+                    if ts.tail_check(st):
+                        self._ask_head(ts, st, lambda s, body, _now, ts=ts: ts.on_tail(s, body))
+
+    # -- serving our publications ----------------------------------------------------------------------
+    def _serve(self) -> None:
+        sock = self.service.socket
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            reply = self.service.handle_frames(frames)
+            if reply is not None:
+                try:
+                    sock.send_multipart(reply, zmq.NOBLOCK)
+                except zmq.ZMQError as exc:
+                    log.debug("reply not sent: %s", exc)
+        if self._probe_topics:
+            self.publishing.probe(sorted(self._probe_topics))
+            self._probe_topics.clear()
+
+    def _on_service(self, req: dict) -> dict:
+        topic = req["topic"]
+        if topic not in self.publishing.publications:
+            raise Refused(f"{self.id} does not publish {topic!r}")
+        if req["op"] == "probe":
+            self._probe_topics.add(topic)
+            return {"token": self.publishing.next_probe_token()}
+        result = self.publishing.serve(topic, req["op"], count=req.get("count", 0), lo=req.get("from", 1),
+                                       hi=req.get("to"))
+        if result is None:
+            raise Refused(f"{self.id} does not publish {topic!r}")
+        return result
+
+    # -- subscriptions (called on this thread through `call`) ----------------------------------------
+    def attach(self, ts: TopicState, handle: Subscription, publishers: list[PublisherEntry],
+               relay: str | None, future: Future, confirm_timeout: float) -> None:
+        """Start receiving `ts.topic`; `future` gets `handle` once the known publishers confirmed."""
+        topic = ts.topic
+        self.topics[topic] = ts
+        self.handles[topic] = handle
+        if ts.mode not in self.subs:
+            self.subs[ts.mode] = self._sub_socket()
+            self._read(self.subs[ts.mode], True)
+        self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
+        if ts.mode == "relay":
+            self.set_relay(topic, relay)
+        new = self._reconcile(ts, publishers)
+        waiter = Waiter(future, handle, {st.id for st in new}, time.monotonic() + confirm_timeout)
+        self.waiters[topic] = waiter
+        for st in new:
+            self._probe(ts, st, PROBE_RETRY)
+        self._flush(ts)
+        self._check_waiters(time.monotonic())
+
+    def set_publishers(self, topic: str, publishers: list[PublisherEntry]) -> None:
+        ts = self.topics.get(topic)
+        if ts is not None:
+            self._reconcile(ts, publishers)
+            self._flush(ts)
+
+    def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry]) -> list[Stream]:
+        new, gone = ts.reconcile(publishers)
+        if ts.mode == "direct":
+            for st in gone:
+                self._unref("direct", st.entry.endpoint)
+            for st in new:
+                self._ref("direct", st.entry.endpoint)
+        waiter = self.waiters.get(ts.topic)
+        if waiter is not None:
+            for st in gone:
+                waiter.pending.discard(st.id)
+        return new
+
+    def set_relay(self, topic: str, endpoint: str | None) -> None:
+        """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
+        A topic not attached yet is ignored: `attach` brings its relay along."""
+        ts = self.topics.get(topic)
+        if endpoint is not None and (ts is None or ts.mode != "relay"):
+            return
+        old = self._relay_of.pop(topic, None)
+        if old == endpoint:
+            if old is not None:
+                self._relay_of[topic] = old
+            return
+        if old is not None:
+            self._unref("relay", old)
+        if endpoint is not None:
+            self._ref("relay", endpoint)
+            self._relay_of[topic] = endpoint
+
+    def _ref(self, mode: str, endpoint: str) -> None:
+        refs = self._refs[mode]
+        if refs[endpoint] == 0:
+            self.subs[mode].connect(wire.zmq_address(endpoint))
+        refs[endpoint] += 1
+
+    def _unref(self, mode: str, endpoint: str) -> None:
+        refs = self._refs[mode]
+        refs[endpoint] -= 1
+        if refs[endpoint] <= 0:
+            del refs[endpoint]
+            try:
+                self.subs[mode].disconnect(wire.zmq_address(endpoint))
+            except zmq.ZMQError:
+                pass
+
+    def detach(self, topic: str) -> None:
+        """Stop receiving `topic`: nothing of it is delivered after this."""
+        ts = self.topics.pop(topic, None)
+        handle = self.handles.pop(topic, None)
+        if ts is None:
+            return
+        self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic.encode("utf-8"))
+        if ts.mode == "direct":
+            for st in ts.streams.values():
+                self._unref("direct", st.entry.endpoint)
+        else:
+            self.set_relay(topic, None)
+        waiter = self.waiters.pop(topic, None)
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_exception(RuntimeError(f"unsubscribed from {topic!r} before it was in place"))
+        if handle is not None:
+            handle.close()
+
+    # -- confirmation by probes ------------------------------------------------------------------------
+    def _probe(self, ts: TopicState, st: Stream, backoff: float) -> None:
+        def on_reply(reply: Reply) -> None:
+            if not self._alive(ts, st) or st.confirmed:
+                return
+            token = reply.get("token") if reply.ok else None
+            if not isinstance(token, int) or isinstance(token, bool):
+                self._unconfirmable(ts, st, reply.err or "no token in the probe reply")
+                return
+            st.probe_token = token if st.probe_token is None else min(st.probe_token, token)
+            if st.see_probe(-1):
+                self._confirmed(ts, st)
+                return
+            self._later(backoff, lambda: self._probe(ts, st, min(backoff * 2, 0.5)))
+
+        if self._alive(ts, st) and not st.confirmed and ts.topic in self.waiters:
+            self.rpc.send(st.entry.repair, "probe", on_reply=on_reply, timeout=1.0, topic=ts.topic)
+
+    def _confirmed(self, ts: TopicState, st: Stream) -> None:
+        waiter = self.waiters.get(ts.topic)
+        if waiter is not None:
+            waiter.pending.discard(st.id)
+            self._check_waiters(time.monotonic())
+
+    def _unconfirmable(self, ts: TopicState, st: Stream, why: str) -> None:
+        waiter = self.waiters.get(ts.topic)
+        if waiter is not None and st.id in waiter.pending:
+            waiter.pending.discard(st.id)
+            waiter.missing[st.id] = why
+            log.warning("%s: publisher %s did not confirm our subscription: %s", ts.topic, st.id, why)
+            self._check_waiters(time.monotonic())
+
+    def _check_waiters(self, now: float) -> None:
+        for topic, waiter in list(self.waiters.items()):
+            if waiter.pending and now < waiter.deadline:
+                continue
+            del self.waiters[topic]
+            for pid in waiter.pending:
+                waiter.missing[pid] = "no probe came back in time"
+                log.warning("%s: publisher %s did not confirm our subscription in time", topic, pid)
+            if not waiter.future.done():
+                waiter.future.set_result(waiter.handle)
+
+    # -- the end -----------------------------------------------------------------------------------------
+    def close_unstarted(self) -> None:
+        """Release the sockets of a loop whose thread never ran (a client that failed to start)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        for topic in list(self.topics):
+            self.detach(topic)
+        for sock in self.subs.values():
+            sock.close(linger=0)
+        self.rpc.close()
+        self.service.close()
+        if not self.mailbox.closed:
+            self.mailbox.close()

@@ -1,0 +1,57 @@
+"""Work posted to a thread that sleeps in zmq.Poller: a queue of calls and a pipe to wake it.
+
+ZeroMQ sockets belong to one thread, so the client's threads never touch each other's sockets:
+they post a call here instead. The pipe is an ordinary file descriptor, which zmq.Poller polls
+beside the thread's sockets, and writing to it is safe from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+
+
+log = logging.getLogger(__name__)
+
+
+class Mailbox:
+    def __init__(self) -> None:
+        self._calls: deque[Callable[[], None]] = deque()
+        self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._write_fd, False)
+        self.closed = False
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the owning thread, soon (any thread)."""
+        self._calls.append(fn)
+        self.wake()
+
+    def wake(self) -> None:
+        try:
+            os.write(self._write_fd, b"x")
+        except BlockingIOError:
+            pass  # already woken
+        except OSError:
+            pass  # the owner has ended and closed the pipe
+
+    def run(self) -> None:
+        """Empty the pipe and run every posted call (the owning thread)."""
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self._calls:
+            fn = self._calls.popleft()
+            try:
+                fn()
+            except Exception:  # a bug in one piece of work must not stop the thread that runs them all
+                log.exception("posted work failed")
+
+    def close(self) -> None:
+        self.closed = True
+        os.close(self.fd)
+        os.close(self._write_fd)

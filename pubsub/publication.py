@@ -1,0 +1,77 @@
+"""What a client keeps for one topic it publishes: sequence numbers, the bounded history, its terms.
+
+Pure (no sockets, no clocks): the Client stamps messages through it under its publishing lock and
+serves history and repair requests from it (pubsub/io_loop.py). Every message gets the next
+sequence number from 1 and goes into the history, which offers the last `history` messages to late
+joiners and reliable subscribers repairing a gap (the offered window of the QoS designs chordpub
+replaces: a subscriber asking for more than is offered is not matched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pubsub.directory import PublisherEntry
+from pubsub.envelope import Envelope
+from pubsub.history import History
+
+MODES = ("direct", "relay")
+RELIABLE_HISTORY = 1000  # what a reliable publication keeps when it is not told
+REPLY_BUDGET_BYTES = 400_000  # history/repair replies stay well under the wire's 1 MiB limit
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be direct or relay, got {mode!r}")
+    return mode
+
+
+@dataclass
+class Publication:
+    topic: str
+    publisher: str  # the client's id
+    history_size: int = 0
+    reliable: bool = False
+    strength: int | None = None
+    mode: str = "direct"
+    history: History = field(init=False)
+    sent: int = 0
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        if self.history_size < 0:
+            raise ValueError("history cannot be negative")
+        if self.strength is not None and (isinstance(self.strength, bool) or not isinstance(self.strength, int)):
+            raise ValueError("strength must be an integer")
+        if self.reliable and self.history_size == 0:
+            self.history_size = RELIABLE_HISTORY
+        self.history = History(self.history_size)
+
+    def stamp(self, payload: bytes, now_ns: int) -> Envelope:
+        """The next message: numbered, timestamped, kept in the history."""
+        env = Envelope(self.topic, self.publisher, self.history.last_seq + 1, now_ns, payload)
+        self.history.add(env)
+        self.sent += 1
+        return env
+
+    @property
+    def last_seq(self) -> int:
+        return self.history.last_seq
+
+    def entry(self, endpoint: str, service: str) -> PublisherEntry:
+        """This publication as the topic's record shows it to subscribers."""
+        return PublisherEntry(self.publisher, endpoint, service, self.strength, self.history_size, self.mode)
+
+    def serve(self, op: str, count: int = 0, lo: int = 1, hi: int | None = None) -> dict:
+        """A history request: "last" k messages, or the "range" lo..hi (hi None: to the newest).
+        The reply names the oldest and newest sequence numbers held, so a subscriber knows what fell
+        out; its messages stop at a byte budget, and the caller asks again from where they stop."""
+        found = self.history.last(count) if op == "last" else self.history.range(max(lo, 1), hi, limit=100_000)
+        messages, size = [], 0
+        for env in found:
+            raw = env.encode()
+            if messages and size + len(raw) > REPLY_BUDGET_BYTES:
+                break
+            messages.append(raw)
+            size += len(raw)
+        return {"first": self.history.first_seq, "last": self.history.last_seq, "messages": messages}

@@ -1,0 +1,171 @@
+"""A client's publishing side: two PUB sockets (XPUB) for all of its topics, and their publications.
+
+- `direct`: bound on the client's host; subscribers of direct-mode topics connect their SUB to it.
+- `relay`: connects to the relay (an XSUB) of each relay-mode topic's owner node, which forwards
+  to that topic's subscribers (pubsub/relay.py). A socket is either a CURVE server or a client, and
+  this one always connects, so relay-mode topics have a socket of their own.
+Both sockets, and every publication's state, are used under one lock: the application's threads
+publish, the io loop sends probes and serves history, the registrar moves relay connections.
+ZeroMQ sockets may pass between threads with a full memory barrier, which the lock provides.
+
+Both are XPUB sockets with XPUB_VERBOSER, so every subscriber's filter, its cancellation, and the
+end of its connection come up to us: `in_place(topic)` is how many subscribers' filters for a topic
+the socket holds now. `advertise` waits (briefly) until it covers the subscribers the topic's owner
+knows of, so that a publisher starting after its subscribers does not lose its first messages to
+the slow-joiner effect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import zmq
+
+from dht import wire
+from dht.transport import SocketSetup
+from pubsub.envelope import MAX_TOPIC_CHARS, Envelope
+from pubsub.publication import Publication
+
+SNDHWM = 100_000
+
+
+def check_topic(topic: str) -> str:
+    if not isinstance(topic, str) or not 0 < len(topic) <= MAX_TOPIC_CHARS or "\x00" in topic:
+        raise ValueError(f"a topic is 1..{MAX_TOPIC_CHARS} characters of text without NUL, got {topic!r}")
+    return topic
+
+
+class PublishingSide:
+    def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None) -> None:
+        self.context, self.host, self.client_id, self.setup = context, host, client_id, setup
+        self.lock = threading.Lock()
+        self.publications: dict[str, Publication] = {}
+        self.direct: zmq.Socket | None = None
+        self.endpoint: str | None = None  # where `direct` listens
+        self.relay: zmq.Socket | None = None
+        self._relay_refs: Counter[str] = Counter()  # relay endpoint -> relay-mode topics using it
+        self._relay_of: dict[str, str] = {}  # topic -> the relay it is connected to
+        self._probe_token = 0
+        self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
+
+    def _pub_socket(self, server: bool) -> zmq.Socket:
+        sock = self.context.socket(zmq.XPUB)
+        sock.setsockopt(zmq.XPUB_VERBOSER, 1)
+        sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it too
+        sock.setsockopt(zmq.LINGER, 2000)  # flush what is queued when we close
+        if self.setup is not None:
+            self.setup(sock, server)
+        return sock
+
+    def add(self, pub: Publication) -> None:
+        """Make `pub` known (its sockets ready); the caller registers it with the topic's owner."""
+        with self.lock:
+            if self.direct is None:
+                self.direct = self._pub_socket(server=True)
+                self.endpoint = f"{self.host}:{self.direct.bind_to_random_port(f'tcp://{self.host}')}"
+            if pub.mode == "relay" and self.relay is None:
+                self.relay = self._pub_socket(server=False)
+            self.publications[pub.topic] = pub
+
+    def publish(self, topic: str, payload: bytes) -> Envelope:
+        """Stamp and send one message (the publication must exist)."""
+        with self.lock:
+            pub = self.publications[topic]
+            env = pub.stamp(payload, time.time_ns())
+            sock = self.direct if pub.mode == "direct" else self.relay
+            sock.send_multipart([topic.encode("utf-8"), env.encode()])  # type: ignore[union-attr]
+        return env
+
+    def probe(self, topics: list[str]) -> int:
+        """Send one probe on each topic (a subscriber waits for it to know its filter is in place)."""
+        with self.lock:
+            self._probe_token += 1
+            for topic in topics:
+                pub = self.publications.get(topic)
+                if pub is None:
+                    continue
+                sock = self.direct if pub.mode == "direct" else self.relay
+                env = Envelope.probe(topic, self.client_id, self._probe_token, time.time_ns())
+                sock.send_multipart([topic.encode("utf-8"), env.encode()])  # type: ignore[union-attr]
+            return self._probe_token
+
+    def drain_filters(self) -> None:
+        """Read the filters subscribers sent up (the caller holds the lock). Called by `in_place`, and by
+        the io loop every heartbeat so that they never pile up."""
+        for name, sock in (("direct", self.direct), ("relay", self.relay)):
+            if sock is None:
+                continue
+            while True:
+                try:
+                    msg = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if msg[:1] == b"\x01":
+                    self._filters[(name, msg[1:])] += 1
+                elif msg[:1] == b"\x00":
+                    key = (name, msg[1:])
+                    self._filters[key] -= 1
+                    if self._filters[key] <= 0:
+                        del self._filters[key]
+
+    def in_place(self, topic: str) -> int:
+        """Subscribers whose filter for exactly `topic` our socket for it holds (a relay counts once)."""
+        with self.lock:
+            self.drain_filters()
+            pub = self.publications.get(topic)
+            name = "relay" if pub is not None and pub.mode == "relay" else "direct"
+            return self._filters.get((name, topic.encode("utf-8")), 0)
+
+    def next_probe_token(self) -> int:
+        """The token the next probe will carry: what a subscriber asking now must wait for."""
+        with self.lock:
+            return self._probe_token + 1
+
+    def serve(self, topic: str, op: str, count: int = 0, lo: int = 1, hi: int | None = None) -> dict | None:
+        """History for a subscriber (None if we do not publish `topic`)."""
+        with self.lock:
+            pub = self.publications.get(topic)
+            return None if pub is None else pub.serve(op, count, lo, hi)
+
+    def follow_relay(self, topic: str, endpoint: str | None) -> None:
+        """Connect the relay socket to `endpoint`, the relay of `topic`'s owner (None: leave it)."""
+        with self.lock:
+            old = self._relay_of.pop(topic, None)
+            if old == endpoint:
+                if old is not None:
+                    self._relay_of[topic] = old
+                return
+            if old is not None:
+                self._relay_refs[old] -= 1
+                if self._relay_refs[old] <= 0:
+                    del self._relay_refs[old]
+                    _disconnect(self.relay, old)
+            if endpoint is not None and self.relay is not None:
+                if self._relay_refs[endpoint] == 0:
+                    self.relay.connect(wire.zmq_address(endpoint))
+                self._relay_refs[endpoint] += 1
+                self._relay_of[topic] = endpoint
+
+    def remove(self, topic: str) -> Publication | None:
+        self.follow_relay(topic, None)
+        with self.lock:
+            return self.publications.pop(topic, None)
+
+    def close(self) -> None:
+        with self.lock:
+            for sock in (self.direct, self.relay):
+                if sock is not None:
+                    sock.close()
+            self.direct = self.relay = None
+
+
+def _disconnect(sock: zmq.Socket | None, endpoint: str) -> None:
+    if sock is None:
+        return
+    try:
+        sock.disconnect(wire.zmq_address(endpoint))
+    except zmq.ZMQError:
+        pass  # already gone

@@ -1,0 +1,395 @@
+"""The client's registrations in the ring, on one thread: one request per owner node per heartbeat.
+
+Every topic a client publishes is a "pub/<id>" field of the topic's record, every topic it follows
+a "sub/<id>" field (pubsub/directory.py), each leased for three heartbeats. This thread:
+- places new fields (a `set`, and for a subscription a read of the record's publishers in the same
+  item), finding each record's owner by lookup, or without one when an earlier reply told us the
+  owner's arc (`OwnerArcs`): a ring of N nodes costs at most N lookups, whatever the topic count;
+- renews every field each heartbeat with ONE `records` request per owner node, whose cost to the
+  owner is a lease deadline per field (dht/records.py); a renewal carries the epoch of the
+  publishers' namespace back, and a subscription whose epoch moved reads the record again;
+- listens on each owner's events socket for the publishers' namespace of the topics it follows, and
+  tells the io loop the new publishers at once;
+- follows ownership: a renewal answered "missing" (the owner lost the field) or "not the owner" (the
+  ring moved), or an owner that no longer answers, sends the field round again;
+- deletes a field the moment the application unsubscribes, or the client closes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgpack
+import zmq
+
+from dht import wire
+from dht.client import DhtClient, DhtError
+from dht.ids import in_half_open, key_id
+from dht.records import MISSING, NOT_OWNER, events_topic
+from dht.transport import SocketSetup
+from pubsub.directory import LEASE_HEARTBEATS, PUB, PublisherEntry, publishers_from_fields
+from pubsub.mailbox import Mailbox
+
+log = logging.getLogger(__name__)
+
+RETRY = 0.2  # seconds before a placement that failed is tried again
+EVENTS_BATCH = 1000
+
+
+@dataclass
+class Registration:
+    topic: str
+    name: str  # "pub/<client id>" or "sub/<mode>/<client id>"
+    value: bytes
+    watch: bool  # a subscription: read the publishers, and listen for their changes
+    relay_service: str | None = None  # "relay_in" (a relay publication) or "relay_out" (subscription)
+    on_placed: Callable[[Registration], None] | None = None  # once, when first placed
+    on_publishers: Callable[[Registration], None] | None = None  # whenever the publishers change
+    on_relay: Callable[[Registration], None] | None = None  # whenever the owner's relay changes
+    count: str | None = None  # when placed, also count the record's fields with this prefix
+    counted: int = 0
+    owner: str | None = None
+    placed: bool = False
+    need_read: bool = False
+    epoch: int | None = None
+    publishers: dict[str, PublisherEntry] = field(default_factory=dict)
+    relay: str | None = None
+    events: str | None = None  # the events endpoint we listen to for this record
+    retry_at: float = 0.0
+    read_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.topic, self.name
+
+
+class OwnerArcs:
+    """Which node owns which arc (pred, node], as `records` replies said: lookups only for the rest."""
+
+    def __init__(self) -> None:
+        self._arcs: dict[str, tuple[int, int]] = {}
+        self._sorted: list[tuple[int, int, str]] = []  # (node id, pred id, endpoint), by node id
+
+    def learn(self, endpoint: str, arc: tuple[int | None, int]) -> None:
+        lo, hi = arc
+        if lo is None or lo == hi:
+            self.forget(endpoint)  # no predecessor known (or alone): nothing safe to cache
+            return
+        if self._arcs.get(endpoint) != (lo, hi):
+            self._arcs[endpoint] = (lo, hi)
+            self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
+
+    def forget(self, endpoint: str) -> None:
+        if self._arcs.pop(endpoint, None) is not None:
+            self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
+
+    def owner(self, k: int) -> str | None:
+        if not self._sorted:
+            return None
+        i = bisect.bisect_left(self._sorted, (k, -1, ""))
+        hi, lo, endpoint = self._sorted[i % len(self._sorted)]
+        return endpoint if in_half_open(k, lo, hi) else None
+
+
+class Registrar:
+    def __init__(self, via: str, context: zmq.Context, setup: SocketSetup | None, heartbeat: float) -> None:
+        self.heartbeat = heartbeat
+        self.lease = LEASE_HEARTBEATS * heartbeat
+        self.dht = DhtClient(via, timeout=1.0, retries=1, setup=setup, context=context)
+        self.events = context.socket(zmq.SUB)
+        self.events.setsockopt(zmq.LINGER, 0)
+        self.events.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
+        if setup is not None:
+            setup(self.events, False)
+        self.regs: dict[tuple[str, str], Registration] = {}
+        self.watching: dict[str, Registration] = {}  # topic -> its subscription
+        self.arcs = OwnerArcs()
+        self._events_refs: Counter[str] = Counter()
+        self.mailbox = Mailbox()
+        self._stopping = threading.Event()
+        self.renewals = 0  # requests sent for renewals (one per owner per heartbeat)
+        self.thread = threading.Thread(target=self._run, name="chordpub-registrar", daemon=True)
+
+    # -- other threads' door -------------------------------------------------------------------------
+    def call(self, fn: Callable[[], None]) -> None:
+        self.mailbox.call(fn)
+
+    def start(self) -> Registrar:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self.mailbox.wake()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
+    # -- commands (run on this thread) -----------------------------------------------------------------
+    def register(self, reg: Registration) -> None:
+        old = self.regs.get(reg.key)
+        if old is not None:
+            self._leave_owner(old)
+        self.regs[reg.key] = reg
+        if reg.watch:
+            self.watching[reg.topic] = reg
+            self.events.setsockopt(zmq.SUBSCRIBE, events_topic(reg.topic, PUB))
+
+    def unregister(self, topic: str, name: str) -> None:
+        """Drop the field at once (not at lease expiry); a dead ring just lets the lease run out."""
+        reg = self.regs.pop((topic, name), None)
+        if reg is None:
+            return
+        self._forget(reg)
+        self._delete([reg])
+
+    def unregister_all(self) -> None:
+        regs = list(self.regs.values())
+        self.regs.clear()
+        for reg in regs:
+            self._forget(reg)
+        self._delete(regs)
+
+    def reread(self, topic: str) -> None:
+        """Someone we do not know published on `topic`: read its record now (at most 10 times a beat)."""
+        reg = self.watching.get(topic)
+        now = time.monotonic()
+        if reg is not None and reg.placed and now >= reg.read_at + self.heartbeat / 10:
+            reg.need_read = True
+
+    def _forget(self, reg: Registration) -> None:
+        if reg.watch and self.watching.get(reg.topic) is reg:
+            del self.watching[reg.topic]
+            self.events.setsockopt(zmq.UNSUBSCRIBE, events_topic(reg.topic, PUB))
+        self._leave_owner(reg)
+
+    def _delete(self, regs: list[Registration]) -> None:
+        by_owner: dict[str | None, list[Registration]] = {}
+        for reg in regs:
+            by_owner.setdefault(reg.owner if reg.placed else None, []).append(reg)
+        for owner, group in by_owner.items():
+            if owner is not None:
+                try:
+                    results = self.dht.records_at(owner, [{"k": r.topic, "f": r.name, "op": "del"} for r in group],
+                                                  timeout=1.0).results
+                    group = [r for r, res in zip(group, results, strict=True) if not res.get("ok")]
+                except DhtError as exc:
+                    log.info("could not unregister at %s (the leases will expire): %s", owner, exc)
+                    group = []
+            for reg in group:  # owner unknown or moved: one lookup each
+                try:
+                    self.dht.del_field(reg.topic, reg.name)
+                except DhtError as exc:
+                    log.info("could not unregister %s (the lease will expire): %s", reg.topic, exc)
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.events, zmq.POLLIN)
+        poller.register(self.mailbox.fd, zmq.POLLIN)
+        next_beat = time.monotonic() + self.heartbeat
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                wait = next_beat - now
+                due = [r.retry_at for r in self.regs.values() if not r.placed or r.need_read]
+                if due:
+                    wait = min(wait, min(due) - now)
+                events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
+                if self.mailbox.fd in events:
+                    self.mailbox.run()
+                if self.events in events:
+                    self._drain_events()
+                self._place()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.heartbeat
+                    self._renew()
+                    self._place()
+        except Exception:
+            log.exception("the registrar stopped")
+            raise
+        finally:
+            self.close_unstarted()
+
+    def close_unstarted(self) -> None:
+        """Release the sockets (at the end of the thread, or when it never ran)."""
+        self.events.close(linger=0)
+        self.dht.close()
+        if not self.mailbox.closed:
+            self.mailbox.close()
+
+    def _owner_of(self, topic: str) -> str | None:
+        k = key_id(topic, self.dht.bits)
+        owner = self.arcs.owner(k)
+        if owner is not None:
+            return owner
+        found = self.dht.lookup_id(k)
+        if not found.ok or found.owner is None:
+            log.warning("lookup of %r failed: %s", topic, found.error)
+            return None
+        return found.owner.endpoint
+
+    def _place(self) -> None:
+        """Set the fields not yet (or no longer) held by their owner, and read what must be read."""
+        now = time.monotonic()
+        todo = [r for r in self.regs.values() if (not r.placed or r.need_read) and r.retry_at <= now]
+        if not todo:
+            return
+        by_owner: dict[str, list[Registration]] = {}
+        for reg in todo:
+            if reg.owner is None:
+                try:
+                    reg.owner = self._owner_of(reg.topic)
+                except DhtError as exc:
+                    log.warning("the ring is unreachable: %s", exc)
+                    reg.owner = None
+                if reg.owner is None:
+                    reg.retry_at = now + RETRY
+                    continue
+            by_owner.setdefault(reg.owner, []).append(reg)
+        for owner, group in by_owner.items():
+            items = []
+            for reg in group:
+                item = {"k": reg.topic, "f": reg.name}
+                if not reg.placed:
+                    item.update(op="set", val=reg.value, ttl=self.lease)
+                    if reg.count is not None:
+                        item["count"] = reg.count
+                if reg.watch:
+                    item["read"] = PUB
+                items.append(item)
+            self._send(owner, group, items)
+
+    def _renew(self) -> None:
+        by_owner: dict[str, list[Registration]] = {}
+        for reg in self.regs.values():
+            if reg.placed and reg.owner is not None:
+                by_owner.setdefault(reg.owner, []).append(reg)
+        for owner, group in by_owner.items():
+            items = [{"k": r.topic, "f": r.name, "op": "renew", **({"epoch": PUB} if r.watch else {})}
+                     for r in group]
+            self.renewals += 1
+            self._send(owner, group, items)
+
+    def _send(self, owner: str, group: list[Registration], items: list[dict]) -> None:
+        now = time.monotonic()
+        try:
+            reply = self.dht.records_at(owner, items)
+        except DhtError as exc:
+            log.info("%s: %s", owner, exc)
+            self.arcs.forget(owner)
+            for reg in group:
+                self._lost_owner(reg, now)
+            return
+        self.arcs.learn(owner, reply.arc)
+        for reg, result in zip(group, reply.results, strict=True):
+            if self.regs.get(reg.key) is not reg:
+                continue  # unregistered meanwhile
+            if not result.get("ok"):
+                err = result.get("err")
+                if err == NOT_OWNER:
+                    self.arcs.forget(owner)
+                    self._lost_owner(reg, now)
+                elif err == MISSING:
+                    reg.placed = False  # the owner lost it: send it whole
+                else:
+                    log.warning("%s at %s: %s", reg.topic, owner, err)
+                    reg.placed = False
+                    reg.retry_at = now + self.heartbeat
+                continue
+            first = not reg.placed and reg.on_placed is not None
+            reg.placed = True
+            self._follow(reg, owner, reply.services)
+            if isinstance(result.get("count"), int):
+                reg.counted = result["count"]
+            epoch = result.get("epoch")
+            if "fields" in result:
+                reg.need_read = False
+                reg.read_at = now
+                self._set_publishers(reg, result.get("fields"), epoch)
+            elif reg.watch and epoch != reg.epoch:
+                reg.need_read = True
+            if first:
+                callback, reg.on_placed = reg.on_placed, None
+                callback(reg)
+
+    def _lost_owner(self, reg: Registration, now: float) -> None:
+        self._leave_owner(reg)
+        reg.owner = None
+        reg.placed = False
+        reg.retry_at = now + RETRY
+
+    # -- following the owner: its events socket and its relay -------------------------------------------
+    def _follow(self, reg: Registration, owner: str, services: dict[str, str]) -> None:
+        if reg.watch:
+            events = services.get("events")
+            if events != reg.events:
+                self._leave_owner(reg)
+                if events is not None:
+                    if self._events_refs[events] == 0:
+                        self.events.connect(wire.zmq_address(events))
+                    self._events_refs[events] += 1
+                    reg.events = events
+                reg.epoch = None  # another owner keeps another clock
+        if reg.relay_service is not None:
+            relay = services.get(reg.relay_service)
+            if relay is None:
+                log.warning("%s: the owner %s runs no relay; relay mode cannot work there", reg.topic, owner)
+            if relay != reg.relay:
+                reg.relay = relay
+                if reg.on_relay is not None:
+                    reg.on_relay(reg)
+
+    def _leave_owner(self, reg: Registration) -> None:
+        if reg.events is not None:
+            self._events_refs[reg.events] -= 1
+            if self._events_refs[reg.events] <= 0:
+                del self._events_refs[reg.events]
+                try:
+                    self.events.disconnect(wire.zmq_address(reg.events))
+                except zmq.ZMQError:
+                    pass
+            reg.events = None
+
+    # -- publishers ------------------------------------------------------------------------------------
+    def _set_publishers(self, reg: Registration, fields: object, epoch: object) -> None:
+        entries = publishers_from_fields(fields if isinstance(fields, dict) else {})
+        reg.publishers = {e.id: e for e in entries}
+        reg.epoch = epoch if isinstance(epoch, int) else None
+        if reg.on_publishers is not None:
+            reg.on_publishers(reg)
+
+    def _drain_events(self) -> None:
+        for _ in range(EVENTS_BATCH):
+            try:
+                frames = self.events.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                body = msgpack.unpackb(frames[-1], raw=False)
+                topic, epoch = body["k"], body["epoch"]
+                sets, dels = dict(body.get("set") or {}), list(body.get("del") or [])
+            except Exception:  # not an events message of ours: ignored
+                continue
+            reg = self.watching.get(topic) if isinstance(topic, str) else None
+            if reg is None or not reg.placed or not isinstance(epoch, int):
+                continue
+            if reg.epoch is not None and epoch <= reg.epoch:
+                continue  # older than what we read
+            for name in dels:
+                if isinstance(name, str) and name.startswith(PUB):
+                    reg.publishers.pop(name[len(PUB):], None)
+            for entry in publishers_from_fields(sets):
+                reg.publishers[entry.id] = entry
+            reg.epoch = epoch
+            if reg.on_publishers is not None:
+                reg.on_publishers(reg)
+
+
+def subscriber_value(mode: str) -> bytes:
+    return msgpack.packb({"mode": mode}, use_bin_type=True)

@@ -1,0 +1,95 @@
+"""A subscription's statistics in fixed memory, however long it runs.
+
+A subscriber left at a publisher's full rate receives millions of messages; keeping one latency or
+one sequence number per message grew a process by 900 MB in 70 s. Here:
+- `LatencyHistogram`: counts in log-spaced buckets (2% wide, 1 µs to ~17 min: 1045 buckets), so a
+  quantile is known within 2% of its value, and the memory is 8 KiB whatever the count;
+- `SeqWindow`: which sequence numbers of one publisher were seen, as the contiguous prefix plus a
+  bounded set above it, so duplicates and gaps are counted exactly while reordering stays within
+  the window (beyond it, the oldest missing numbers are given up as lost).
+Pure: no sockets, no clocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_BASE = 1.02
+_MIN_MS = 1e-3
+_LOG_BASE = math.log(_BASE)
+_BUCKETS = int(math.log(1e6 / _MIN_MS) / _LOG_BASE) + 2  # up to 10^6 ms
+
+
+class LatencyHistogram:
+    """Latencies in milliseconds; bucket i holds [MIN * BASE^(i-1), MIN * BASE^i), bucket 0 all below."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(_BUCKETS, dtype=np.int64)
+        self.count = 0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add(self, ms: float) -> None:
+        self.count += 1
+        if ms < self.min:
+            self.min = ms
+        if ms > self.max:
+            self.max = ms
+        i = 0 if ms <= _MIN_MS else min(int(math.log(ms / _MIN_MS) / _LOG_BASE) + 1, _BUCKETS - 1)
+        self.counts[i] += 1
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile (0..1) to within a bucket's width (2%), clamped to the exact min and max."""
+        if self.count == 0:
+            return None
+        rank = max(math.ceil(q * self.count), 1)
+        i = int(np.searchsorted(np.cumsum(self.counts), rank))
+        mid = _MIN_MS * _BASE ** (i - 0.5) if i > 0 else _MIN_MS
+        return min(max(mid, self.min), self.max)
+
+    def merge(self, other: LatencyHistogram) -> None:
+        self.counts += other.counts
+        self.count += other.count
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
+
+class SeqWindow:
+    """Sequence numbers seen from one publisher: every one <= `prefix`, and those in `above`."""
+
+    def __init__(self, window: int = 65_536, prefix: int = 0) -> None:
+        self.window = window
+        self.prefix = prefix
+        self.above: set[int] = set()
+        self.highest = prefix
+        self.given_up = 0  # missing numbers that fell below the window: lost
+
+    def add(self, seq: int) -> bool:
+        """Record `seq`; False if it was seen before (a duplicate)."""
+        if seq == self.prefix + 1 and not self.above:  # the in-order fast path
+            self.prefix = self.highest = seq
+            return True
+        if seq <= self.prefix or seq in self.above:
+            return False
+        self.above.add(seq)
+        if seq > self.highest:
+            self.highest = seq
+        while self.prefix + 1 in self.above:
+            self.prefix += 1
+            self.above.discard(self.prefix)
+        floor = self.highest - self.window
+        if self.prefix < floor:  # too far behind: the missing ones below the window are given up
+            kept = {s for s in self.above if s > floor}
+            self.given_up += (floor - self.prefix) - (len(self.above) - len(kept))
+            self.above = kept
+            self.prefix = floor
+            while self.prefix + 1 in self.above:
+                self.prefix += 1
+                self.above.discard(self.prefix)
+        return True
+
+    def missing(self) -> int:
+        """Numbers between the start and the highest seen that never came."""
+        return self.given_up + (self.highest - self.prefix) - len(self.above)

@@ -1,0 +1,292 @@
+"""What a client keeps for one topic it follows: its publishers, and what it delivered of each.
+
+Pure: no sockets, no clocks. The client's io loop (pubsub/io_loop.py) feeds a `TopicState` what
+arrives (live messages, history and repair replies, the record's publishers) and carries out what
+it asks for afterwards: the messages in `deliveries`, the fetches in `fetches`, the `dead` letters,
+and a read of the record when `reread` is set. Per publisher (a `Stream`):
+- best effort: duplicates dropped and counted, gaps counted (a bounded window, pubsub/stats.py);
+- history on join (`history` > 0): the last k messages, marked recovered, before anything live. A
+  publisher that offers fewer than k is not matched, and the subscription says so (offered >=
+  requested);
+- reliable: in-order delivery by sequence number from 1, duplicates dropped, gaps (the start
+  included) fetched from the publisher's history; what fell out of it becomes a dead letter and
+  counts in `lost`; a stream that stalls has its tail checked by the loop every heartbeat;
+- ownership strength: on an exclusive topic only the strongest live publisher is delivered.
+A message from a publisher the record has not told us of yet (a "stranger": it registered since
+our last read) is held, bounded, and the record read again at once, so a new publisher loses no
+more of its start than the time one read takes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pubsub.directory import PublisherEntry, leader
+from pubsub.envelope import Envelope, EnvelopeError
+from pubsub.message import DeadLetter, Message
+from pubsub.stats import LatencyHistogram, SeqWindow
+
+log = logging.getLogger(__name__)
+
+HELD_LIMIT = 100_000  # per stream: live messages held during catch-up, or out of order (reliable)
+STRANGER_LIMIT = 10_000  # per topic: messages of publishers the record has not told us of yet
+
+
+@dataclass
+class Stats:
+    """A subscription's figures, in fixed memory."""
+
+    received: int = 0
+    duplicates: int = 0
+    recovered: int = 0
+    dead_lettered: int = 0  # reliable: messages that fell out of the publisher's history
+    dropped: int = 0  # best effort: not taken by a slow application (the subscription's queue was full)
+    publishers: set[str] = field(default_factory=set)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    lost_before: int = 0  # best-effort gaps of publishers that have since gone
+
+    def summary(self, topic: str, lost: int) -> dict:
+        """The `sub --json` object of one topic (the CLI contract, with `lost` and `dropped` added)."""
+        p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)
+        return {"topic": topic, "received": self.received, "duplicates": self.duplicates, "gaps": lost,
+                "publishers": len(self.publishers), "recovered": self.recovered, "dropped": self.dropped,
+                "latency_ms": {"p50": None if p50 is None else round(p50, 3),
+                               "p99": None if p99 is None else round(p99, 3)}}
+
+
+class Stream:
+    """One matched publisher of the topic."""
+
+    def __init__(self, entry: PublisherEntry, catching_up: bool) -> None:
+        self.entry = entry
+        self.window = SeqWindow()  # best effort
+        self.expected = 1  # reliable: the next sequence number to deliver
+        self.buffer: dict[int, tuple[Envelope, bool]] = {}  # reliable: waiting for the gap before them
+        self.catching_up = catching_up  # history or reliable start being fetched: live is held
+        self.held: list[tuple[Envelope, int]] = []  # best effort: (live message, recv_ns) while catching up
+        self.fetching = False  # a history/repair fetch in flight (one at a time per stream)
+        self.expected_at_beat = 0
+        self.probe_token: int | None = None  # the token the publisher promised for our probe
+        self.probe_seen = -1  # the highest probe token that reached us
+        self.confirmed = False  # a probe proved our subscription is in place at this publisher
+
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
+    def see_probe(self, token: int) -> bool:
+        """A probe arrived; True when it confirms our subscription (token at least the one promised)."""
+        self.probe_seen = max(self.probe_seen, token)
+        if self.probe_token is not None and self.probe_seen >= self.probe_token:
+            self.confirmed = True
+        return self.confirmed
+
+
+class TopicState:
+    def __init__(self, topic: str, subscriber: str, history: int = 0, reliable: bool = False,
+                 mode: str = "direct") -> None:
+        if history < 0:
+            raise ValueError("history cannot be negative")
+        self.topic, self.subscriber, self.history, self.reliable, self.mode = (
+            topic, subscriber, history, reliable, mode)
+        self.streams: dict[str, Stream] = {}
+        self.unmatched: dict[str, str] = {}  # publisher id -> why it is not delivered
+        self.strangers: dict[str, list[tuple[Envelope, int]]] = {}  # publisher -> (message, recv_ns)
+        self._stranger_count = 0
+        self.stats = Stats()
+        # the outbox, emptied by the io loop after every call
+        self.deliveries: list[Message] = []
+        self.fetches: list[tuple[Stream, int, int | None]] = []  # (stream, from, to or None: the newest)
+        self.heads: list[Stream] = []  # streams whose newest seq must be asked first (history k)
+        self.dead: list[DeadLetter] = []
+        self.reread = False
+
+    # -- publishers come and go --------------------------------------------------------------------
+    def reconcile(self, publishers: list[PublisherEntry]) -> tuple[list[Stream], list[Stream]]:
+        """Match the record's publishers; returns (new streams, gone streams). New streams that need
+        history are queued for their catch-up; held strangers of theirs are taken in."""
+        current = {p.id: p for p in publishers}
+        gone = [self.streams.pop(pid) for pid in list(self.streams) if pid not in current]
+        for st in gone:
+            self.stats.lost_before += st.window.missing()
+        for pid in [p for p in self.unmatched if p not in current]:
+            del self.unmatched[pid]
+        new: list[Stream] = []
+        for pid, entry in current.items():
+            if pid in self.streams:
+                self.streams[pid].entry = entry  # strength or endpoints may have changed
+                continue
+            if pid in self.unmatched:
+                continue
+            why = self._mismatch(entry)
+            if why:
+                self.unmatched[pid] = why
+                log.warning("%s: %s", self.topic, why)
+                continue
+            st = Stream(entry, catching_up=self.reliable or self.history > 0)
+            self.streams[pid] = st
+            self.stats.publishers.add(pid)
+            new.append(st)
+            if self.reliable:
+                self.fetches.append((st, 1, None))
+                st.fetching = True
+            elif self.history:
+                self.heads.append(st)
+                st.fetching = True
+        for st in new:
+            for env, recv_ns in self.strangers.pop(st.id, []):
+                self.on_message(env, recv_ns)
+        for pid in [p for p in self.strangers if p not in current or p in self.unmatched]:
+            del self.strangers[pid]  # the record does not know it: a stranger indeed, or one already gone
+        self._stranger_count = sum(map(len, self.strangers.values()))
+        return new, gone
+
+    def _mismatch(self, entry: PublisherEntry) -> str | None:
+        if entry.mode != self.mode:
+            return (f"publisher {entry.id} publishes in {entry.mode} mode, this subscription is {self.mode}: "
+                    "not matched")
+        if self.history > entry.history:
+            return f"publisher {entry.id} offers history {entry.history} < requested {self.history}: not matched"
+        return None
+
+    # -- what arrives -------------------------------------------------------------------------------
+    def on_message(self, env: Envelope, recv_ns: int) -> None:
+        """A live message of this topic from the SUB socket (already checked: well formed, our topic)."""
+        st = self.streams.get(env.publisher)
+        if st is None:
+            if env.publisher not in self.unmatched and self._stranger_count < STRANGER_LIMIT:
+                self.strangers.setdefault(env.publisher, []).append((env, recv_ns))
+                self._stranger_count += 1
+                self.reread = True
+            return
+        if st.catching_up and not self.reliable:
+            if len(st.held) < HELD_LIMIT:
+                st.held.append((env, recv_ns))
+            return
+        self._accept(st, env, False, recv_ns)
+
+    def on_head(self, st: Stream, body: dict, recv_ns: int) -> None:
+        """The publisher's answer to "last 0": where its history starts and ends; fetch our k of it."""
+        last, first = _uint(body.get("last")), _uint(body.get("first"))
+        lo = max(last - self.history + 1, first, 1)
+        if last >= lo:
+            self.fetches.append((st, lo, last))
+        else:
+            self.fetch_done(st, recv_ns)
+
+    def on_range(self, st: Stream, lo: int, hi: int | None, body: dict, recv_ns: int) -> int | None:
+        """A history/repair reply for lo..hi. Returns where to continue (the reply stopped at its byte
+        budget), or None when the range is done."""
+        first, last = _uint(body.get("first"), 1), _uint(body.get("last"))
+        got = []
+        for raw in body.get("messages") or []:
+            try:
+                env = Envelope.decode(raw) if isinstance(raw, bytes) else None
+            except EnvelopeError:
+                continue
+            if env is not None and env.topic == self.topic and env.publisher == st.id and env.seq >= lo:
+                got.append(env)
+        end = last if hi is None else min(hi, last)
+        if self.reliable:
+            for env in got:
+                if env.seq >= st.expected and env.seq not in st.buffer:
+                    st.buffer[env.seq] = (env, True)
+            if first > st.expected:
+                gap_to = first - 1 if hi is None else min(first - 1, hi)
+                self._dead_letter(st, st.expected, gap_to, "fell out of the publisher's history", recv_ns)
+            self._drain(st, recv_ns)
+        else:
+            for env in got:
+                self._accept(st, env, True, recv_ns)
+        if got and got[-1].seq < end:
+            return got[-1].seq + 1
+        return None
+
+    def fetch_done(self, st: Stream, recv_ns: int) -> None:
+        """A catch-up or repair finished (or failed): release what was held, look for the next gap."""
+        st.fetching = False
+        if st.catching_up:
+            st.catching_up = False
+            held, st.held = st.held, []
+            for env, held_ns in held:
+                self._accept(st, env, False, held_ns)
+        if self.reliable and st.buffer:
+            lowest = min(st.buffer)
+            if lowest > st.expected:
+                self._fetch(st, st.expected, lowest - 1)
+
+    def tail_check(self, st: Stream) -> bool:
+        """Every heartbeat (reliable): True when the stream stalled since the last beat, so the loop
+        should ask the publisher for its newest seq (a lost last message shows no gap behind it)."""
+        stalled = st.expected == st.expected_at_beat and not st.fetching and not st.catching_up
+        st.expected_at_beat = st.expected
+        return stalled
+
+    def on_tail(self, st: Stream, body: dict) -> None:
+        if _uint(body.get("last")) >= st.expected and not st.fetching:
+            self._fetch(st, st.expected, None)
+
+    # -- delivery ---------------------------------------------------------------------------------------
+    def _accept(self, st: Stream, env: Envelope, recovered: bool, recv_ns: int) -> None:
+        if not self.reliable:
+            if st.window.add(env.seq):
+                self._deliver(st, env, recovered, recv_ns)
+            else:
+                self.stats.duplicates += 1  # counted, never delivered twice (history overlaps live)
+            return
+        if env.seq < st.expected or env.seq in st.buffer:
+            return  # already delivered or waiting: a duplicate never reaches the application
+        if len(st.buffer) >= HELD_LIMIT:
+            return  # the history still has it: the gap will be fetched again
+        st.buffer[env.seq] = (env, recovered)
+        if env.seq > st.expected and not recovered and not st.fetching and not st.catching_up:
+            self._fetch(st, st.expected, env.seq - 1)
+        self._drain(st, recv_ns)
+
+    def _fetch(self, st: Stream, lo: int, hi: int | None) -> None:
+        if hi is not None and hi < lo:
+            return
+        st.fetching = True
+        self.fetches.append((st, lo, hi))
+
+    def _drain(self, st: Stream, recv_ns: int) -> None:
+        while st.expected in st.buffer:
+            env, recovered = st.buffer.pop(st.expected)
+            st.expected += 1
+            self._deliver(st, env, recovered, recv_ns)
+
+    def _deliver(self, st: Stream, env: Envelope, recovered: bool, recv_ns: int) -> None:
+        chosen = leader([s.entry for s in self.streams.values()])
+        if chosen is not None and chosen.id != st.id:
+            return  # exclusive topic: only the strongest publisher is delivered
+        msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered)
+        self.stats.received += 1
+        self.stats.recovered += recovered
+        self.stats.latency.add(msg.latency_ms)
+        self.deliveries.append(msg)
+
+    def _dead_letter(self, st: Stream, lo: int, hi: int, reason: str, now_ns: int) -> None:
+        if hi < lo:
+            return
+        self.stats.dead_lettered += hi - lo + 1
+        st.expected = max(st.expected, hi + 1)
+        letter = DeadLetter(self.topic, st.id, self.subscriber, lo, hi, reason, now_ns / 1e9)
+        log.warning("dead letter: %s", letter)
+        self.dead.append(letter)
+
+    # -- figures -----------------------------------------------------------------------------------------
+    @property
+    def lost(self) -> int:
+        """Messages known to be missing: best effort, gaps in what arrived; reliable, dead letters."""
+        if self.reliable:
+            return self.stats.dead_lettered
+        return self.stats.lost_before + sum(st.window.missing() for st in self.streams.values())
+
+    def summary(self) -> dict:
+        return self.stats.summary(self.topic, self.lost)
+
+
+def _uint(value: object, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
