@@ -150,15 +150,17 @@ class LocalRing:
             raise
         return new
 
-    def add_proc(self, join: str | None) -> tuple[subprocess.Popen, Path, str]:
+    def add_proc(self, join: str | None, **options: object) -> tuple[subprocess.Popen, Path, str]:
         name = f"node{self._count}"
         port = self.base_port + self._count if self.base_port else 0
         self._count += 1
-        proc = spawn_node(self.workdir, name, self.host, port, join, self.options)
+        proc = spawn_node(self.workdir, name, self.host, port, join, {**self.options, **options})
         return proc, self.workdir, name
 
-    def add(self, join: str | None = None, timeout: float = 30.0) -> NodeProcess:
-        proc, workdir, name = self.add_proc(join or self.nodes[0].endpoint)
+    def add(self, join: str | None = None, timeout: float = 30.0, **options: object) -> NodeProcess:
+        """One more node, joining through `join` (default: the first node); `options` for it alone
+        (e.g. id=N to place it on the ring)."""
+        proc, workdir, name = self.add_proc(join or self.nodes[0].endpoint, **options)
         node = await_ready(proc, workdir, name, timeout=timeout)
         self.nodes.append(node)
         return node

@@ -66,18 +66,23 @@ class Curve:
     server_secret: bytes | None  # None for the client role, which never listens
 
     @classmethod
-    def load(cls, directory: Path, role: str) -> Curve:
+    def load(cls, directory: Path, role: str, listen: bool | None = None) -> Curve:
+        """The keys of `role`. A process that listens needs the server's secret too: every role but
+        `client` (the one-shot commands) listens, unless `listen` says otherwise (a chordpub.Client
+        presents the client key and listens)."""
         if role not in ROLES:
             raise CurveError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         directory = Path(directory)
         if not directory.is_dir():
             raise CurveError(f"no keys directory {directory} (make one with `chordpub keys generate DIR`)")
-        server_file = f"{SERVER}.key" if role == "client" else f"{SERVER}.key_secret"
+        listen = role != "client" if listen is None else listen
+        server_file = f"{SERVER}.key_secret" if listen else f"{SERVER}.key"
         try:
             public, secret = zmq.auth.load_certificate(str(directory / f"{role}.key_secret"))
             server_public, server_secret = zmq.auth.load_certificate(str(directory / server_file))
         except (OSError, ValueError) as exc:
-            raise CurveError(f"cannot read the {role} or server keys in {directory}: {exc}") from None
+            raise CurveError(f"cannot read the {role} or server keys in {directory}: {exc}"
+                             + (" (a process that listens needs server.key_secret)" if listen else "")) from None
         if not (directory / "authorized").is_dir():
             raise CurveError(f"{directory}/authorized is missing (it lists the public keys servers admit)")
         return cls(directory, role, public, secret, server_public, server_secret)

@@ -102,7 +102,7 @@ class Client:
             return None
         from dht.curve import Curve, start_authenticator
 
-        self._curve = Curve.load(Path(curve), role)
+        self._curve = Curve.load(Path(curve), role, listen=True)
         start_authenticator(self._curve, self.context)
         return self._curve.setup
 

@@ -53,8 +53,10 @@ class PublisherEntry:
             wire.parse_endpoint(entry.repair)
         except Exception as exc:  # wrong shape, missing key, bad endpoint (WireError)
             raise ValueError(f"malformed publisher entry: {exc}") from None
-        if entry.strength is not None and not isinstance(entry.strength, int):
+        if entry.strength is not None and (not isinstance(entry.strength, int) or isinstance(entry.strength, bool)):
             raise ValueError("malformed publisher entry: strength")
+        if entry.mode not in ("direct", "relay") or entry.history < 0:
+            raise ValueError("malformed publisher entry: mode or history")
         return entry
 
 
@@ -64,9 +66,14 @@ def publishers_from_fields(fields: dict[str, bytes]) -> list[PublisherEntry]:
     for name, raw in fields.items():
         if name.startswith(PUB) and isinstance(raw, bytes):
             try:
-                out.append(PublisherEntry.from_bytes(raw))
+                entry = PublisherEntry.from_bytes(raw)
             except ValueError as exc:
                 log.warning("ignoring %s: %s", name, exc)
+                continue
+            if entry.id == name[len(PUB):]:
+                out.append(entry)
+            else:
+                log.warning("ignoring %s: it names publisher %s", name, entry.id)
     return sorted(out, key=lambda e: e.id)
 
 

@@ -184,33 +184,39 @@ class IoLoop:
     # -- receiving -------------------------------------------------------------------------------------
     def _drain_sub(self, sock: zmq.Socket) -> None:
         touched: set[TopicState] = set()
-        topics = self.topics
+        mode = "direct" if sock is self.subs["direct"] else "relay"
         for _ in range(BATCH):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            recv_ns = time.time_ns()
-            if len(frames) != 2:
-                self.reject_log(f"{len(frames)} frames, expected topic and envelope")
-                continue
-            try:
-                env = Envelope.decode(frames[1], probes=True)
-            except EnvelopeError as exc:
-                self.reject_log(str(exc))
-                continue
-            ts = topics.get(env.topic)
-            if ts is None or self.subs.get(ts.mode) is not sock:
-                continue  # a prefix match on a topic we do not follow (or no longer)
-            if env.is_probe:
-                st = ts.streams.get(env.publisher)
-                if st is not None and not st.confirmed and st.see_probe(env.token):
-                    self._confirmed(ts, st)
-                continue
-            ts.on_message(env, recv_ns)
-            touched.add(ts)
+            ts = self.on_frames(frames, mode, time.time_ns())
+            if ts is not None:
+                touched.add(ts)
         for ts in touched:
             self._flush(ts)
+
+    def on_frames(self, frames: list[bytes], mode: str, recv_ns: int) -> TopicState | None:
+        """One message from the `mode` SUB socket, checked (frame count, envelope types, topic) before
+        any state is touched. Returns the topic's state when it took the message in."""
+        if len(frames) != 2:
+            self.reject_log(f"{len(frames)} frames, expected topic and envelope")
+            return None
+        try:
+            env = Envelope.decode(frames[1], probes=True)
+        except EnvelopeError as exc:
+            self.reject_log(str(exc))
+            return None
+        ts = self.topics.get(env.topic)
+        if ts is None or ts.mode != mode:
+            return None  # a prefix match on a topic we do not follow (or no longer)
+        if env.is_probe:
+            st = ts.streams.get(env.publisher)
+            if st is not None and not st.confirmed and st.see_probe(env.token):
+                self._confirmed(ts, st)
+            return None
+        ts.on_message(env, recv_ns)
+        return ts
 
     def _flush(self, ts: TopicState) -> None:
         """Carry out what the topic's state asked for."""

@@ -12,7 +12,6 @@ import os
 from collections import deque
 from collections.abc import Callable
 
-
 log = logging.getLogger(__name__)
 
 

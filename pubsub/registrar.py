@@ -370,25 +370,31 @@ class Registrar:
                 frames = self.events.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                body = msgpack.unpackb(frames[-1], raw=False)
-                topic, epoch = body["k"], body["epoch"]
-                sets, dels = dict(body.get("set") or {}), list(body.get("del") or [])
-            except Exception:  # not an events message of ours: ignored
-                continue
-            reg = self.watching.get(topic) if isinstance(topic, str) else None
-            if reg is None or not reg.placed or not isinstance(epoch, int):
-                continue
-            if reg.epoch is not None and epoch <= reg.epoch:
-                continue  # older than what we read
-            for name in dels:
-                if isinstance(name, str) and name.startswith(PUB):
-                    reg.publishers.pop(name[len(PUB):], None)
-            for entry in publishers_from_fields(sets):
-                reg.publishers[entry.id] = entry
-            reg.epoch = epoch
-            if reg.on_publishers is not None:
-                reg.on_publishers(reg)
+            self.apply_event(frames[-1])
+
+    def apply_event(self, raw: bytes) -> bool:
+        """A change of a record we watch, from its owner's events socket: applied to the publishers we
+        know when it is newer than what we read. Anything else is ignored. True when applied."""
+        try:
+            body = msgpack.unpackb(raw, raw=False)
+            topic, epoch = body["k"], body["epoch"]
+            sets, dels = dict(body.get("set") or {}), list(body.get("del") or [])
+        except Exception:  # not an events message of ours
+            return False
+        reg = self.watching.get(topic) if isinstance(topic, str) else None
+        if reg is None or not reg.placed or not isinstance(epoch, int) or isinstance(epoch, bool):
+            return False
+        if reg.epoch is not None and epoch <= reg.epoch:
+            return False  # older than what we read
+        for name in dels:
+            if isinstance(name, str) and name.startswith(PUB):
+                reg.publishers.pop(name[len(PUB):], None)
+        for entry in publishers_from_fields({k: v for k, v in sets.items() if isinstance(k, str)}):
+            reg.publishers[entry.id] = entry
+        reg.epoch = epoch
+        if reg.on_publishers is not None:
+            reg.on_publishers(reg)
+        return True
 
 
 def subscriber_value(mode: str) -> bytes:

@@ -1,9 +1,11 @@
-"""Property-based fuzzing (hypothesis) of wire decoding and of every socket kind's request handler.
+"""Property-based fuzzing (hypothesis) of wire decoding and of every socket kind's input.
 
 Inputs are raw bytes, msgpack of any shape, and requests that are almost right (a real op, fields
 of any type, out-of-range ids). For each: no exception escapes, an error reply is never the
 handler's "internal error" (a bug), and when the reply is an error the handler's state is exactly
-what it was. 300 inputs per socket kind by default; 10^4 under the `slow` marker (`make test` runs
+what it was. The sockets: a node's ROUTER; a client's service ROUTER (history, repair, probes),
+its SUB sockets (envelopes of any shape) and its registrar's events SUB (record changes of any
+shape). 300 inputs per socket kind by default; 10^4 under the `slow` marker (`make test` runs
 both), every one of them through the wire decoder first.
 """
 
@@ -18,10 +20,15 @@ from hypothesis import strategies as st
 
 from dht import wire
 from dht.node import ChordNode, NodeConfig
-from pubsub.directory import PublisherEntry
+from dht.transport import RpcServer
+from pubsub.delivery import Subscription
+from pubsub.directory import PUB, PublisherEntry
 from pubsub.envelope import Envelope, EnvelopeError
-from pubsub.publisher import REPAIR_SCHEMAS, Publisher
-from pubsub.subscriber import NOTIFY_SCHEMAS, PENDING_LIMIT, Subscriber
+from pubsub.io_loop import SERVICE_SCHEMAS, IoLoop
+from pubsub.publication import Publication
+from pubsub.publishing import PublishingSide
+from pubsub.registrar import Registrar, Registration
+from pubsub.subscription import STRANGER_LIMIT, TopicState
 
 SIZES = [pytest.param(300, id="300"), pytest.param(10_000, id="10k", marks=pytest.mark.slow)]
 
@@ -37,9 +44,17 @@ peers = st.fixed_dictionaries({"id": ids | values, "endpoint": st.sampled_from([
 def requests(schemas: wire.Schemas) -> st.SearchStrategy[bytes]:
     """Almost-right requests: real ops and field names, values of any type (well-typed ones too)."""
     fields = sorted({f for schema in schemas.values() for f in schema})
+    items = st.lists(st.fixed_dictionaries({"k": st.text(max_size=8) | values},
+                                           optional={"f": st.text(max_size=8) | values,
+                                                     "op": st.sampled_from(["set", "renew", "del", "x"]) | values,
+                                                     "val": st.binary(max_size=8) | values,
+                                                     "ttl": st.floats(min_value=-1, max_value=1e6) | values,
+                                                     "read": st.text(max_size=4) | values,
+                                                     "epoch": st.text(max_size=4) | values,
+                                                     "count": st.text(max_size=4) | values}), max_size=4)
     plausible = {"key_id": ids, "peer": peers, "predecessor": peers | st.none(), "successors": st.lists(peers),
                  "ttl": st.floats(min_value=-1, max_value=1e6) | values, "count": ids | values,
-                 "from": ids | values, "to": ids | values | st.none()}
+                 "from": ids | values, "to": ids | values | st.none(), "items": items | values}
     body = st.fixed_dictionaries(
         {"v": st.sampled_from([1, 1, 1, 2]) | values, "op": st.sampled_from([*schemas, "bogus"]) | values,
          "id": ids | values},
@@ -79,7 +94,7 @@ def replied_error(reply: list[bytes] | None) -> bool:
     return not body["ok"]
 
 
-@pytest.mark.parametrize("schemas", [wire.SCHEMAS, NOTIFY_SCHEMAS, REPAIR_SCHEMAS], ids=["ring", "notify", "repair"])
+@pytest.mark.parametrize("schemas", [wire.SCHEMAS, SERVICE_SCHEMAS], ids=["ring", "service"])
 def test_decoding_either_validates_or_says_why(schemas):
     """What decoding returns is well formed. (The handler tests below decode their 10^4 inputs too.)"""
     examples = 1000
@@ -125,62 +140,107 @@ def test_the_node_handler_changes_nothing_when_it_refuses(examples):
         node.server.close()
 
 
+class Parts:
+    """A client's io loop and registrar, built (sockets bound) but never started: their handlers are
+    called directly, as the threads would call them."""
+
+    def __init__(self) -> None:
+        import zmq
+
+        self.context = zmq.Context()
+        service = RpcServer("127.0.0.1", 0, lambda _r: {}, context=self.context, schemas=SERVICE_SCHEMAS)
+        self.publishing = PublishingSide(self.context, "127.0.0.1", service.endpoint, None)
+        self.io = IoLoop(service, self.publishing, self.context, None, heartbeat=1.0)
+        self.registrar = Registrar("127.0.0.1:1", self.context, None, heartbeat=1.0)
+
+    def close(self) -> None:
+        self.io.close_unstarted()
+        self.registrar.close_unstarted()
+        self.publishing.close()
+        self.context.destroy(linger=0)
+
+
+@pytest.fixture
+def parts():
+    p = Parts()
+    yield p
+    p.close()
+
+
 @pytest.mark.parametrize("examples", SIZES)
-def test_the_publisher_repair_handler_changes_nothing(examples):
-    publisher = Publisher("127.0.0.1:1", "fuzzed", history=10)
+def test_the_client_service_handler_changes_nothing(examples, parts):
+    pub = Publication("fuzzed", parts.io.id, history_size=10)
+    parts.publishing.add(pub)
     for i in range(5):
-        publisher.publish(bytes([i]))
-    before = [e.encode() for e in publisher.history.range(1, None, limit=100)]
-    try:
-        def check(frames: list[bytes]) -> None:
-            replied_error(publisher.repair.handle_frames(frames))
-            assert [e.encode() for e in publisher.history.range(1, None, limit=100)] == before
+        parts.publishing.publish("fuzzed", bytes([i]))
+    before = [e.encode() for e in pub.history.range(1, None, limit=100)]
 
-        fuzz(examples, frame_lists(REPAIR_SCHEMAS), check)
-    finally:
-        publisher.close(unregister=False)
+    def check(frames: list[bytes]) -> None:
+        replied_error(parts.io.service.handle_frames(frames))
+        assert [e.encode() for e in pub.history.range(1, None, limit=100)] == before
+
+    fuzz(examples, frame_lists(SERVICE_SCHEMAS), check)
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_the_subscriber_notify_handler_changes_nothing(examples):
-    subscriber = Subscriber("127.0.0.1:1", "fuzzed")
-    try:
-        def check(frames: list[bytes]) -> None:
-            replied_error(subscriber.notify.handle_frames(frames))
-            assert not subscriber.states and subscriber.stats.received == 0
+def test_record_changes_of_any_shape_only_ever_add_real_publishers(examples, parts):
+    """The registrar's events input: whatever arrives, the publishers it keeps are well-formed entries
+    named by their field, and nothing raises."""
+    reg = Registration("fuzzed", "sub/direct/me", b"", watch=True, placed=True)
+    parts.registrar.watching["fuzzed"] = reg
+    good = PublisherEntry("127.0.0.1:2000", "127.0.0.1:2000", "127.0.0.1:2001")
+    entries = st.builds(PublisherEntry, st.sampled_from(["127.0.0.1:2000", "x", "h:1"]),
+                        st.sampled_from(["127.0.0.1:2000", "bad"]), st.sampled_from(["127.0.0.1:2001", "h:99999"]),
+                        st.none() | st.integers(-5, 5), st.integers(-2, 5), st.sampled_from(["direct", "relay", "x"]))
+    sets = st.dictionaries(st.sampled_from([PUB + "127.0.0.1:2000", PUB + "x", "sub/x", "other"]) | st.text(max_size=5),
+                           entries.map(lambda e: e.to_bytes()) | st.binary(max_size=10) | values, max_size=3)
+    bodies = st.fixed_dictionaries({"k": st.sampled_from(["fuzzed", "other"]) | values,
+                                    "epoch": st.integers(0, 2**63) | values},
+                                   optional={"set": sets | values, "del": st.lists(st.text(max_size=20)) | values})
+    raw = bodies.map(_pack) | st.binary(max_size=60) | values.map(_pack)
 
-        fuzz(examples, frame_lists(NOTIFY_SCHEMAS), check)
-    finally:
-        subscriber.close(unregister=False)
+    def check(body: bytes) -> None:
+        reg.epoch = None
+        parts.registrar.apply_event(body)
+        for pid, entry in reg.publishers.items():
+            assert pid == entry.id and isinstance(entry, PublisherEntry)
+            assert PublisherEntry.from_bytes(entry.to_bytes()) == entry
+
+    reg.publishers = {good.id: good}
+    fuzz(examples, raw, check)
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_the_subscriber_message_path_delivers_only_real_envelopes_of_its_publishers(examples):
-    """SUB socket input: whatever arrives, only a well-formed envelope of a matched publisher on our
-    topic is delivered; a stranger's is held (bounded) until the record says who it is."""
-    subscriber = Subscriber("127.0.0.1:1", "fuzzed")
+def test_the_client_message_path_delivers_only_real_envelopes_of_its_publishers(examples, parts):
+    """SUB socket input: whatever arrives, only a well-formed envelope of a matched publisher on a
+    topic we follow is delivered; a stranger's is held (bounded) until the record says who it is."""
+    state = TopicState("fuzzed", parts.io.id)
+    handle = Subscription("fuzzed", state, lambda _t: None)
+    parts.io.topics["fuzzed"] = state
+    parts.io.handles["fuzzed"] = handle
     known = "127.0.0.1:2000"
-    subscriber._reconcile([PublisherEntry(known, known, "127.0.0.1:2001")])
+    state.reconcile([PublisherEntry(known, known, "127.0.0.1:2001")])
     envelopes = st.builds(Envelope, st.sampled_from(["fuzzed", "fuzzed-other", "x"]),
                           st.sampled_from([known, "127.0.0.1:9"]) | st.text(max_size=12),
-                          st.integers(min_value=1, max_value=2**64 - 1), st.integers(min_value=0, max_value=2**63),
+                          st.integers(min_value=0, max_value=2**64 - 1), st.integers(min_value=0, max_value=2**63),
                           st.binary(max_size=30)).map(lambda e: [e.topic.encode(), e.encode()])
     frames = envelopes | st.lists(st.binary(max_size=40) | values.map(_pack), max_size=4)
-    try:
-        def check(message: list[bytes]) -> None:
-            before = subscriber.stats.received
-            subscriber.on_message(message)
-            try:
-                env = Envelope.decode(message[1]) if len(message) == 2 else None
-            except EnvelopeError:
-                env = None
-            delivered = subscriber.stats.received - before
-            assert delivered <= 1
-            if delivered:
-                assert env is not None and env.topic == "fuzzed" and env.publisher == known
-            assert known not in subscriber.pending  # a matched publisher's messages are never held
-            assert subscriber._pending_count <= PENDING_LIMIT
 
-        fuzz(examples, frames, check)
-    finally:
-        subscriber.close(unregister=False)
+    def check(message: list[bytes]) -> None:
+        before = state.stats.received
+        parts.io.on_frames(message, "direct", 0)
+        try:
+            env = Envelope.decode(message[1], probes=True) if len(message) == 2 else None
+        except EnvelopeError:
+            env = None
+        delivered = len(state.deliveries)
+        state.deliveries.clear()
+        assert delivered == state.stats.received - before <= 1
+        if delivered:
+            assert env is not None and env.topic == "fuzzed" and env.publisher == known and env.seq >= 1
+        assert known not in state.strangers  # a matched publisher's messages are never held
+        assert sum(map(len, state.strangers.values())) <= STRANGER_LIMIT
+        parts.io.on_frames(message, "relay", 0)  # a direct topic takes nothing from the relay socket
+        assert not state.deliveries
+
+    fuzz(examples, frames, check)

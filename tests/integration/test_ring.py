@@ -113,7 +113,10 @@ def test_a_joining_node_ends_up_with_exactly_its_keys_and_replicas(ring_factory)
     with DhtClient(ring.nodes[0].endpoint) as client:
         for k in keys:
             client.put(k, b"x")
-        newcomer = ring.add()
+        # placed in the middle of the widest arc, so that it surely takes keys over
+        ids = sorted(n.id for n in ring.nodes)
+        gap, start = max(((b - a) % 2**64, a) for a, b in zip(ids, ids[1:] + ids[:1], strict=True))
+        newcomer = ring.add(id=(start + gap // 2) % 2**64)
         ring.wait_consistent(timeout=10 * PERIOD)
         ids = sorted(n.id for n in ring.nodes)
         pos = ids.index(newcomer.id)

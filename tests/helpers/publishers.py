@@ -1,0 +1,58 @@
+"""A test helper process: several chordpub Clients in one process, each publishing its own topics.
+
+    python -m tests.helpers.publishers --via H:P --clients 5 --topics 100 --first 0 --messages 5 \
+        --ready FILE --go FILE --done FILE [--heartbeat 1.0] [--reliable]
+
+Client c advertises topics "many-<n>" for n in first + c*topics .. first + (c+1)*topics - 1, writes
+FILE `ready` (JSON: the client ids), waits for FILE `go`, publishes `messages` numbered messages on
+each of its topics, then keeps serving (history, repair) until FILE `done` appears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    for name in ("--via", "--ready", "--go", "--done"):
+        ap.add_argument(name, required=True)
+    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--topics", type=int, default=1)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--messages", type=int, default=1)
+    ap.add_argument("--heartbeat", type=float, default=1.0)
+    ap.add_argument("--reliable", action="store_true")
+    args = ap.parse_args()
+    clients = [Client(args.via, heartbeat=args.heartbeat) for _ in range(args.clients)]
+    try:
+        mine = {}
+        for c, client in enumerate(clients):
+            first = args.first + c * args.topics
+            mine[client] = [f"many-{n}" for n in range(first, first + args.topics)]
+            for topic in mine[client]:
+                client.advertise(topic, reliable=args.reliable)
+        tmp = Path(args.ready + ".tmp")
+        tmp.write_text(json.dumps([c.id for c in clients]))
+        os.replace(tmp, args.ready)
+        wait_for(lambda: Path(args.go).exists(), timeout=600, interval=0.01, what="go")
+        for i in range(1, args.messages + 1):
+            for client, topics in mine.items():
+                for topic in topics:
+                    client.publish(topic, f"{topic}:{i}")
+            time.sleep(0.001)  # pacing (a rate), not synchronization
+        wait_for(lambda: Path(args.done).exists(), timeout=600, interval=0.05, what="done")
+    finally:
+        for client in clients:
+            client.close()
+
+
+if __name__ == "__main__":
+    main()

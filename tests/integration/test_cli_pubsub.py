@@ -1,0 +1,95 @@
+"""`chordpub pub` and `chordpub sub` carry real messages: text from --message and --stdin, printed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+from dht.client import DhtClient
+from pubsub.directory import topic_info
+from tests.conftest import one_error_line, run_cli, start_module_ring
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "cli-pubsub-ring", 3)
+
+
+def registered(via: str, topics: list[str]) -> bool:
+    with DhtClient(via) as client:
+        return all(topic_info(client, t)["subscribers"] >= 1 for t in topics)
+
+
+def test_stdin_lines_arrive_in_order_on_two_topics_as_json(ring, procs, tmp_path):
+    via = ring.nodes[0].endpoint
+    topics = ["logs/app", "logs/audit"]
+    sub = procs("sub", "sub", "--via", ring.nodes[1].endpoint, "--topic", topics[0], "--topic", topics[1],
+                "--print", "--format", "json", "--count", "6", "--seconds", "30")
+    wait_for(lambda: registered(via, topics), timeout=20, what="the subscriber registered")
+    pub = subprocess.run([sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", topics[0],
+                          "--topic", topics[1], "--stdin"], input="a\nb\nc\n", capture_output=True, text=True,
+                         timeout=60)
+    assert pub.returncode == 0, pub.stderr
+    assert "published 3 messages" in pub.stderr
+    assert sub.wait(timeout=30) == 0
+    out = (tmp_path / "sub.log").read_text().splitlines()
+    rows = [json.loads(x) for x in out if x.startswith('{"topic"')]
+    for topic in topics:
+        mine = [r for r in rows if r["topic"] == topic]
+        assert [r["payload"] for r in mine] == ["a", "b", "c"], out
+        assert [r["seq"] for r in mine] == [1, 2, 3]
+        assert all(set(r) == {"topic", "publisher", "seq", "latency_ms", "recovered", "payload"} for r in mine)
+
+
+def test_messages_and_binary_payloads_print_as_text_and_base64(ring, procs, tmp_path):
+    via = ring.nodes[2].endpoint
+    text = procs("text", "sub", "--via", via, "--topic", "greetings", "--print", "--count", "2", "--seconds", "30")
+    binary = procs("bin", "sub", "--via", via, "--topic", "bytes", "--print", "--format", "json", "--count", "1",
+                   "--seconds", "30")
+    wait_for(lambda: registered(via, ["greetings", "bytes"]), timeout=20, what="subscribers registered")
+    sent = run_cli("pub", "--via", via, "--topic", "greetings", "--message", "hello", "--message", "wörld")
+    assert sent.returncode == 0, sent.stderr
+    with Client(via) as client:
+        client.publish("bytes", b"\xff\x00\xfe")
+    assert text.wait(timeout=30) == 0 and binary.wait(timeout=30) == 0
+    lines = (tmp_path / "text.log").read_text().splitlines()
+    assert lines[:2] == ["hello", "wörld"]
+    summary = lines[2]
+    assert summary.startswith("greetings: received 2 from 1 publishers")
+    row = json.loads((tmp_path / "bin.log").read_text().splitlines()[0])
+    assert row["base64"] is True and base64.b64decode(row["payload"]) == b"\xff\x00\xfe"
+
+
+@pytest.mark.parametrize("args,words", [
+    (("pub", "--via", "127.0.0.1:5555", "--topic", "t", "--message", "x", "--stdin"), "one of --message"),
+    (("pub", "--via", "127.0.0.1:5555", "--topic", "t", "--stdin", "--count", "3"), "one of --message"),
+    (("sub", "--via", "127.0.0.1:5555", "--topic", "t", "--print", "--format", "xml"), "--format"),
+    (("sub", "--via", "127.0.0.1:5555", "--topic", "t", "--topic", "t"), "twice"),
+    (("sub", "--via", "127.0.0.1:5555", "--topic", "t", "--seconds", "1", "--trace", "/nonexistent/d/t.jsonl"),
+     "does not exist"),
+])
+def test_pub_sub_usage_errors_are_one_line(args, words):
+    one_error_line(run_cli(*args), words)
+
+
+def test_a_dead_via_is_one_line_quickly():
+    dead = zmq.Context.instance().socket(zmq.ROUTER)
+    port = dead.bind_to_random_port("tcp://127.0.0.1")
+    dead.close(linger=0)
+    for cmd in ("pub", "sub"):
+        proc = run_cli(cmd, "--via", f"127.0.0.1:{port}", "--topic", "t", "--seconds", "1", timeout=60) \
+            if cmd == "sub" else run_cli(cmd, "--via", f"127.0.0.1:{port}", "--topic", "t", "--message", "x")
+        one_error_line(proc, "no reply from")
+
+
+def test_node_start_on_a_port_in_use_is_one_line(ring):
+    port = ring.nodes[0].endpoint.rsplit(":", 1)[1]
+    proc = run_cli("node", "start", "--port", port)
+    one_error_line(proc, "Address already in use", "--port")

@@ -1,0 +1,189 @@
+"""The Python API: chordpub.Client as an application uses it, on a live ring over loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chordpub import Client, Message
+from chordpub.launcher import stop_processes, wait_for
+from dht.client import DhtClient, DhtError
+from pubsub.directory import topic_info
+from tests.conftest import IN_CI, start_module_ring
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "client-ring", 4)
+
+
+def subscribers(via: str, topic: str) -> int:
+    with DhtClient(via) as client:
+        return topic_info(client, topic)["subscribers"]
+
+
+def test_subscribe_then_publish_200_rounds_loses_nothing(ring):
+    """Each round: a subscription is made on a topic whose best-effort publisher is running, then the
+    publisher sends one numbered message. subscribe() returns only once the publisher holds our
+    filter, so every one arrives."""
+    with Client(ring.nodes[0].endpoint) as publisher, Client(ring.nodes[1].endpoint) as subscriber:
+        publisher.advertise("rounds")
+        missed = []
+        for i in range(200):
+            sub = subscriber.subscribe("rounds")
+            publisher.publish("rounds", str(i))
+            msg = sub.get(timeout=5)
+            if msg is None or msg.payload != str(i).encode():
+                missed.append((i, msg))
+            sub.unsubscribe()
+        assert not missed, missed[:5]
+
+
+def test_one_client_follows_2000_topics_of_20_publishing_clients_with_at_most_16_sockets(ring, tmp_path):
+    n_procs, clients_per_proc, topics_per_client, messages = 4, 5, 100, 3
+    topics = n_procs * clients_per_proc * topics_per_client
+    procs = []
+    files = {k: tmp_path / k for k in ("go", "done")}
+    try:
+        for p in range(n_procs):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "tests.helpers.publishers", "--via", ring.nodes[p % 4].endpoint,
+                 "--clients", str(clients_per_proc), "--topics", str(topics_per_client),
+                 "--first", str(p * clients_per_proc * topics_per_client), "--messages", str(messages),
+                 "--ready", str(tmp_path / f"ready{p}"), "--go", str(files["go"]), "--done", str(files["done"])],
+                cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True))
+        wait_for(lambda: all((tmp_path / f"ready{p}").exists() for p in range(n_procs)) or any(
+            x.poll() is not None for x in procs), timeout=240, what="publishers advertised")
+        assert all(x.poll() is None for x in procs), "a publisher process died"
+        got: dict[str, list[bytes]] = {}
+        lock = threading.Lock()
+        everything = threading.Event()
+
+        def on_message(m: Message) -> None:
+            with lock:
+                got.setdefault(m.topic, []).append(m.payload)
+                if sum(map(len, got.values())) == topics * messages:
+                    everything.set()
+
+        with Client(ring.nodes[3].endpoint) as client:
+            for n in range(topics):
+                client.subscribe(f"many-{n}", callback=on_message)
+            sockets = len(client.context._sockets)
+            files["go"].write_text("1")
+            everything.wait(120)
+            with lock:
+                missing = {f"many-{n}" for n in range(topics)} - {t for t, v in got.items() if len(v) == messages}
+            assert not missing, f"{len(missing)} topics incomplete, e.g. {sorted(missing)[:5]}"
+            for t, payloads in got.items():
+                assert payloads == [f"{t}:{i}".encode() for i in range(1, messages + 1)]
+            assert sockets <= 16, sockets
+    finally:
+        files["done"].write_text("1")
+        stop_processes(procs, grace=15)
+
+
+def test_unsubscribe_stops_delivery_at_once_and_the_owner_forgets_us(ring):
+    heartbeat = 0.5
+    via = ring.nodes[2].endpoint
+    with Client(via, heartbeat=heartbeat) as publisher, Client(via, heartbeat=heartbeat) as subscriber:
+        seen: list[Message] = []
+        sub = subscriber.subscribe("goodbye", callback=seen.append)
+        publisher.publish("goodbye", "one")
+        wait_for(lambda: seen, timeout=5, what="the first message")
+        assert subscribers(via, "goodbye") == 1
+        sub.unsubscribe()
+        t0 = time.monotonic()
+        count = len(seen)
+        for _ in range(20):
+            publisher.publish("goodbye", "after")
+        wait_for(lambda: subscribers(via, "goodbye") == 0, timeout=heartbeat, what="the owner dropping us")
+        assert time.monotonic() - t0 <= heartbeat
+        assert len(seen) == count and not sub.active
+        assert "goodbye" not in subscriber.subscriptions
+
+
+def test_get_iteration_and_a_failing_callback(ring):
+    via = ring.nodes[1].endpoint
+    with Client(via) as publisher, Client(via) as subscriber:
+        pulled = subscriber.subscribe("pull")
+        calls: list[int] = []
+
+        def flaky(m: Message) -> None:
+            calls.append(m.seq)
+            if m.seq == 2:
+                raise RuntimeError("the application's bug")
+
+        subscriber.subscribe("push", callback=flaky)
+        for i in range(5):
+            publisher.publish("pull", f"p{i}")
+            publisher.publish("push", f"q{i}")
+        taken = []
+        for msg in pulled:
+            taken.append(msg.text)
+            if len(taken) == 5:
+                break
+        assert taken == [f"p{i}" for i in range(5)]
+        assert pulled.get(timeout=0.05) is None
+        wait_for(lambda: len(calls) == 5, timeout=5, what="every callback run, the failing one too")
+        assert calls == [1, 2, 3, 4, 5]
+        with pytest.raises(RuntimeError, match="callback"):
+            subscriber.subscriptions["push"].get(timeout=0)
+        with pytest.raises(ValueError, match="already subscribed"):
+            subscriber.subscribe("pull")
+
+
+def test_bad_input_and_a_dead_ring_fail_clearly(ring, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(DhtError, match="no reply from 127.0.0.1:1 within 1s"):
+        Client("127.0.0.1:1", timeout=1.0)
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(ValueError, match="malformed endpoint"):
+        Client("nowhere")
+    with Client(ring.nodes[0].endpoint) as c:
+        for bad in ("", "x" * 2000, "a\x00b"):
+            with pytest.raises(ValueError, match="topic"):
+                c.publish(bad, b"x")
+        with pytest.raises(ValueError, match="mode"):
+            c.subscribe("t", mode="carrier-pigeon")
+        with pytest.raises(TypeError, match="payload"):
+            c.publish("t", 42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="at most"):
+            c.publish("t", b"x" * 2_000_000)
+        c.advertise("terms", history=5)
+        with pytest.raises(ValueError, match="other terms"):
+            c.advertise("terms", history=9)
+    with pytest.raises(RuntimeError, match="closed"):
+        c.publish("t", b"x")
+    c.close()  # twice is fine
+
+
+def test_the_example_runs(ring):
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--via", ring.nodes[0].endpoint],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["by_callback"] == {"news": 3, "sports": 3}
+    assert report["by_get"] == {"sports": 3, "weather": 3}
+    assert report["after_unsubscribe"] == {"news": 4, "sports": 3}  # sports stopped at once
+    assert report["sports_subscribers"] == [2, 1]
+
+
+@pytest.mark.skipif(not IN_CI and sys.platform != "linux", reason="counts /proc/self/fd")
+def test_a_closed_client_leaves_no_thread_and_no_socket(ring):
+    before_threads = {t.ident for t in threading.enumerate()}
+    before_fds = len(list(Path("/proc/self/fd").iterdir()))
+    for _ in range(3):
+        with Client(ring.nodes[0].endpoint) as c:
+            c.subscribe("tidy", callback=lambda _m: None)
+            c.publish("tidy", b"x")
+    wait_for(lambda: {t.ident for t in threading.enumerate()} <= before_threads, timeout=10,
+             what="the clients' threads gone")
+    assert len(list(Path("/proc/self/fd").iterdir())) <= before_fds + 2
