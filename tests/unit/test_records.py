@@ -1,0 +1,127 @@
+"""Leased records without sockets: what a renewal costs the owner, epochs, expiry, the Store underneath."""
+
+from __future__ import annotations
+
+import pytest
+
+from dht.ids import in_half_open, key_id
+from dht.node import ChordNode, NodeConfig
+from dht.records import MISSING, Change, FieldValue, RecordTable, change_message, events_topic, namespace
+from dht.store import Store, field_key
+
+
+def table_and_store(bits: int = 64) -> tuple[RecordTable, Store]:
+    table = RecordTable(bits)
+    return table, Store(bits, table.observe)
+
+
+def apply(table: RecordTable, store: Store, item: dict, now: float, version: int) -> dict:
+    """What the node does with one item: apply, write what it asks, answer."""
+    applied = table.apply(item, now)
+    if applied.write is not None:
+        store.write(applied.write[0], applied.write[1], version, now, record=True)
+    return table.answer(item, applied.reply) if applied.reply["ok"] else applied.reply
+
+
+def test_a_renewal_changes_one_deadline_and_nothing_else():
+    table, store = table_and_store()
+    set_item = {"k": "t", "f": "sub/direct/a", "op": "set", "val": b"v", "ttl": 3.0}
+    assert apply(table, store, set_item, now=100.0, version=1) == {"ok": True}
+    assert store.take_dirty(lambda _k: True)  # the first set is a write, replicated
+    renewal = table.apply({"k": "t", "f": "sub/direct/a", "op": "renew"}, now=102.0)
+    assert renewal.write is None and not renewal.news and renewal.reply == {"ok": True}
+    assert table.leases[field_key("t", "sub/direct/a")] == 105.0
+    assert not store.dirty  # nothing to replicate
+    same = table.apply(set_item, now=103.0)  # the same value again: a renewal too
+    assert same.write is None and not same.news
+    assert table.apply({"k": "t", "f": "sub/direct/nobody", "op": "renew"}, now=103.0).reply == {
+        "ok": False, "err": MISSING}
+
+
+def test_epochs_move_per_namespace_and_only_on_membership_changes():
+    table, store = table_and_store()
+    apply(table, store, {"k": "t", "f": "pub/p1", "op": "set", "val": b"e1", "ttl": 3}, 0.0, version=10)
+    assert table.epoch("t", "pub/") == 10
+    apply(table, store, {"k": "t", "f": "sub/direct/s1", "op": "set", "val": b"", "ttl": 3}, 0.0, version=11)
+    assert table.epoch("t", "pub/") == 10 and table.epoch("t", "sub/") == 11  # subscribers are not news to subscribers
+    apply(table, store, {"k": "t", "f": "pub/p1", "op": "renew"}, 1.0, version=12)
+    assert table.epoch("t", "pub/") == 10
+    apply(table, store, {"k": "t", "f": "pub/p1", "op": "del"}, 2.0, version=13)
+    assert table.epoch("t", "pub/") == 13 and table.view("t", "pub/") == {}
+    reply = apply(table, store, {"k": "t", "read": "pub/", "count": "sub/"}, 2.0, version=14)
+    assert reply == {"ok": True, "fields": {}, "epoch": 13, "count": 1}
+    assert namespace("pub/x/y") == "pub/" and namespace("plain") == ""
+    assert events_topic("t", "pub/") == b"t\x00pub/"
+
+
+def test_an_owner_adopts_fields_it_never_leased_and_expires_the_rest():
+    table, store = table_and_store()
+    for name, version in (("pub/a", 1), ("pub/b", 2)):
+        store.write(field_key("t", name), FieldValue(b"x", 3.0).encode(), version, 0.0, record=True)
+    table.leases[field_key("t", "pub/a")] = 5.0  # a, leased here; b came by replication
+    assert table.expired(now=4.0, owns=lambda _k: True) == []
+    assert table.leases[field_key("t", "pub/b")] == 7.0  # adopted with a fresh lease
+    assert table.expired(now=6.0, owns=lambda _k: True) == [field_key("t", "pub/a")]
+    table.expired(now=6.0, owns=lambda _k: False)  # no longer ours: its leases are forgotten
+    assert not table.leases
+
+
+def test_store_entries_of_a_record_live_at_the_records_key_and_replicate_incrementally():
+    table, store = table_and_store(bits=16)
+    composite = field_key("topic", "pub/p")
+    store.write(composite, FieldValue(b"x", 3.0).encode(), 5, 0.0, record=True)
+    store.write("plain", b"v", 6, 0.0)
+    assert store._entries[composite].key_id == key_id("topic", 16)
+    assert table.view("topic") == {"pub/p": b"x"}
+    kid = key_id("topic", 16)
+    assert [e[0] for e in store.take_dirty(lambda k: k == kid)] == [composite]
+    assert store.take_dirty(lambda _k: True) == []  # taken once
+    store.write(composite, None, 7, 1.0, record=True)  # a tombstone reaches the table as a deletion
+    assert table.view("topic") == {}
+    assert store.refresh(lambda k: in_half_open(k, kid - 1, kid), now=50.0) == 1
+    assert store._entries[composite].refreshed == 50.0
+
+
+def test_change_messages_keep_the_last_word_on_each_field():
+    changes = [Change("t", "pub/a", b"1", 5), Change("t", "pub/b", b"2", 6), Change("t", "pub/a", None, 7),
+               Change("t", "pub/b", b"3", 8)]
+    assert change_message(changes) == {"k": "t", "set": {"pub/b": b"3"}, "del": ["pub/a"], "epoch": 8}
+
+
+def test_field_values_refuse_what_no_node_wrote():
+    for raw in (b"", b"\x93\x01\x02\x03", FieldValue(b"x", 1.0).encode()[:-1]):
+        with pytest.raises(ValueError):
+            FieldValue.decode(raw)
+
+
+@pytest.fixture
+def node():
+    n = ChordNode(NodeConfig(host="127.0.0.1", port=0, bits=16))
+    yield n
+    n.server.close()
+    n.notifier.close()
+
+
+def records(node: ChordNode, items: list[dict]) -> dict:
+    with node.lock:
+        return node._on_records({"op": "records", "id": 1, "items": items})
+
+
+def test_ten_thousand_subscribers_renewed_without_a_write_a_job_or_a_notification(node):
+    n = 10_000
+    for start in range(0, n, 4096):
+        out = records(node, [{"k": "crowded", "f": f"sub/direct/{i}", "op": "set", "val": b"", "ttl": 30.0}
+                             for i in range(start, min(start + 4096, n))])
+        assert all(r["ok"] for r in out["results"])
+    assert node.records.count("crowded", "sub/") == n  # no cap on a record's fields
+    while not node.jobs.empty():
+        node.jobs.get()
+    changes_before = node.changes.qsize()
+    versions = {k: e.version for k, e in node.store._entries.items()}
+    node.store.dirty.clear()
+    out = records(node, [{"k": "crowded", "f": f"sub/direct/{i}", "op": "renew", "epoch": "pub/"}
+                         for i in range(4096)])
+    assert all(r == {"ok": True, "epoch": 0} for r in out["results"])
+    assert {k: e.version for k, e in node.store._entries.items()} == versions
+    assert node.jobs.empty() and not node.store.dirty and node.changes.qsize() == changes_before
+    assert out["arc"] == [None, node.me.id] and "events" in out["services"]

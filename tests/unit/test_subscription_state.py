@@ -1,0 +1,177 @@
+"""A subscription's per-topic logic and figures without sockets (pubsub/subscription.py, stats.py)."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from pubsub.directory import PublisherEntry
+from pubsub.envelope import Envelope
+from pubsub.publication import Publication
+from pubsub.registrar import OwnerArcs
+from pubsub.stats import LatencyHistogram, SeqWindow
+from pubsub.subscription import TopicState
+
+A = PublisherEntry("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1", history=100)
+B = PublisherEntry("127.0.0.1:2", "127.0.0.1:2", "127.0.0.1:2", history=100)
+
+
+def env(seq: int, pub: PublisherEntry = A, topic: str = "t") -> Envelope:
+    return Envelope(topic, pub.id, seq, 1_000_000, f"m{seq}".encode())
+
+
+def delivered(ts: TopicState) -> list[tuple[str, int, bool]]:
+    out = [(m.publisher, m.seq, m.recovered) for m in ts.deliveries]
+    ts.deliveries.clear()
+    return out
+
+
+def range_reply(pub: Publication, lo: int, hi: int | None) -> dict:
+    return pub.serve("range", lo=lo, hi=hi)
+
+
+def test_best_effort_counts_duplicates_and_gaps_and_delivers_each_once():
+    ts = TopicState("t", "me")
+    ts.reconcile([A])
+    for seq in (1, 2, 2, 5, 4, 4):
+        ts.on_message(env(seq), 2_000_000)
+    assert delivered(ts) == [(A.id, s, False) for s in (1, 2, 5, 4)]
+    assert ts.stats.duplicates == 2 and ts.lost == 1  # 3 never came
+    assert ts.stats.latency.quantile(0.5) == pytest.approx(1.0, rel=0.02)
+
+
+def test_history_on_join_comes_first_and_live_messages_wait_for_it():
+    pub = Publication("t", A.id, history_size=50)
+    for i in range(10):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me", history=3)
+    new, _ = ts.reconcile([A])
+    assert ts.heads == new and new[0].catching_up
+    ts.heads.clear()
+    ts.on_message(env(11), 5)  # live, while the history is being fetched: held
+    assert not ts.deliveries
+    ts.on_head(new[0], pub.serve("last", count=0), 6)
+    st, lo, hi = ts.fetches.pop()
+    assert (lo, hi) == (8, 10)
+    assert ts.on_range(st, lo, hi, range_reply(pub, lo, hi), 7) is None
+    ts.fetch_done(st, 7)
+    assert delivered(ts) == [(A.id, 8, True), (A.id, 9, True), (A.id, 10, True), (A.id, 11, False)]
+
+
+def test_reliable_orders_repairs_and_dead_letters_what_fell_out():
+    pub = Publication("t", A.id, history_size=5, reliable=True)
+    for i in range(12):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me", reliable=True)
+    (st,), _ = ts.reconcile([A])
+    assert ts.fetches == [(st, 1, None)]  # a reliable start catches up from seq 1
+    ts.fetches.clear()
+    ts.on_message(env(13), 1)  # live during the catch-up: buffered
+    assert ts.on_range(st, 1, None, range_reply(pub, 1, None), 2) is None
+    ts.fetch_done(st, 2)
+    got = delivered(ts)
+    assert [s for _, s, _ in got] == [8, 9, 10, 11, 12, 13]  # 1..7 fell out of a 5-message history
+    assert [(d.from_seq, d.to_seq) for d in ts.dead] == [(1, 7)] and ts.lost == 7
+    ts.on_message(env(16), 3)  # 14 and 15 lost on the way: held, and a repair asked for
+    assert ts.fetches == [(st, 14, 15)] and not ts.deliveries
+    ts.on_message(env(16), 3)
+    assert ts.stats.duplicates == 0  # reliable mode drops the repeat without a word
+    for i in range(12, 16):
+        pub.stamp(b"x", i)
+    ts.fetches.clear()
+    ts.on_range(st, 14, 15, range_reply(pub, 14, 15), 4)
+    ts.fetch_done(st, 4)
+    assert [(s, r) for _, s, r in delivered(ts)] == [(14, True), (15, True), (16, False)]
+    assert ts.tail_check(st) is False and ts.tail_check(st) is True  # stalled for a beat: check the tail
+
+
+def test_only_the_strongest_is_delivered_on_an_exclusive_topic():
+    ts = TopicState("t", "me")
+    strong = PublisherEntry("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1", strength=5)
+    weak = PublisherEntry("127.0.0.1:2", "127.0.0.1:2", "127.0.0.1:2", strength=1)
+    ts.reconcile([strong, weak])
+    ts.on_message(env(1, weak), 1)
+    ts.on_message(env(1, strong), 1)
+    assert delivered(ts) == [(strong.id, 1, False)]
+    ts.reconcile([weak])  # the strong one's lease ran out
+    ts.on_message(env(2, weak), 1)
+    assert delivered(ts) == [(weak.id, 2, False)]
+
+
+def test_strangers_are_held_and_delivered_once_the_record_names_them():
+    ts = TopicState("t", "me")
+    ts.reconcile([A])
+    ts.on_message(env(1, B), 9)
+    assert not ts.deliveries and ts.reread
+    ts.reconcile([A, B])
+    assert delivered(ts) == [(B.id, 1, False)] and ts.deliveries == [] and not ts.strangers
+
+
+def test_publishers_the_subscription_cannot_take_are_named():
+    ts = TopicState("t", "me", history=500, mode="direct")
+    relay_pub = PublisherEntry("127.0.0.1:3", "127.0.0.1:3", "127.0.0.1:3", history=1000, mode="relay")
+    new, _ = ts.reconcile([A, relay_pub])
+    assert not new
+    assert "offers history 100 < requested 500" in ts.unmatched[A.id]
+    assert "relay mode" in ts.unmatched[relay_pub.id]
+    ts.on_message(env(1), 1)
+    assert not ts.deliveries and not ts.strangers  # an unmatched publisher's messages are dropped
+
+
+def test_seq_window_counts_exactly_and_stays_bounded():
+    w = SeqWindow(window=100)
+    rng = random.Random(1)
+    seqs = list(range(1, 100_001))
+    lost = set(rng.sample(seqs, 500))
+    order = [s for s in seqs if s not in lost]
+    for i in range(0, len(order) - 10, 10):  # reordered within small blocks
+        block = order[i:i + 10]
+        rng.shuffle(block)
+        order[i:i + 10] = block
+    for s in order:
+        assert w.add(s)
+        assert len(w.above) <= 100
+    assert not w.add(order[-1])
+    assert w.missing() == len(lost)
+
+
+def test_the_latency_histogram_holds_its_memory_and_its_quantiles():
+    h = LatencyHistogram()
+    xs = np.random.default_rng(2).lognormal(0.0, 1.0, 200_000)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for x in xs:
+        h.add(float(x))
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 10_000, grown
+    for q in (0.5, 0.9, 0.99):
+        assert h.quantile(q) == pytest.approx(float(np.quantile(xs, q)), rel=0.02)
+    assert h.quantile(0.0) == pytest.approx(xs.min()) and h.quantile(1.0) == pytest.approx(xs.max(), rel=0.02)
+    assert LatencyHistogram().quantile(0.5) is None
+
+
+def test_history_replies_stop_at_their_byte_budget():
+    pub = Publication("t", "p", history_size=100)
+    for i in range(100):
+        pub.stamp(b"y" * 10_000, i)
+    reply = pub.serve("range", lo=1)
+    assert reply["first"] == 1 and reply["last"] == 100 and 30 < len(reply["messages"]) < 100
+    assert len(pub.serve("last", count=5)["messages"]) == 5
+    with pytest.raises(ValueError):
+        Publication("t", "p", mode="carrier-pigeon")
+
+
+def test_owner_arcs_answer_for_keys_in_known_arcs_only():
+    arcs = OwnerArcs()
+    arcs.learn("a", (100, 200))
+    arcs.learn("b", (200, 50))  # wraps around zero
+    assert arcs.owner(150) == "a" and arcs.owner(200) == "a"
+    assert arcs.owner(250) == "b" and arcs.owner(10) == "b"
+    assert arcs.owner(75) is None  # (50, 100]: nobody we know
+    arcs.learn("c", (None, 7))  # no predecessor known: not cached
+    arcs.forget("b")
+    assert arcs.owner(10) is None and arcs.owner(150) == "a"
