@@ -36,6 +36,9 @@ def run(
     rate: float = typer.Option(10.0, min=0.1, help="Messages per second per publisher."),
     size: int = typer.Option(100, min=8, max=512 * 1024, help="Payload bytes."),
     topics: int = typer.Option(1, min=1, help="Topics; publishers and subscribers are dealt out over them."),
+    topics_per_pub: int = typer.Option(1, min=1, help="Topics each publisher process publishes (one client "
+                                       "for all of them), consecutive from its own first one."),
+    topics_per_sub: int = typer.Option(1, min=1, help="Topics each subscriber process follows."),
     stabilize: float = typer.Option(0.5, min=0.05, help="Seconds between the nodes' maintenance rounds."),
     emulation: str = typer.Option("auto", help="Link delay/loss by auto | netem (TCLink) | userspace "
                                   "(topologies.delay_switch; what auto picks on kernels without sch_netem)."),
@@ -55,8 +58,10 @@ def run(
     config = ExperimentConfig(
         topo=topo, dht=dht or 2, pubs=pubs, subs=subs, delay_ms=parse_delay(delay) if delay else None,
         seconds=seconds, mode=mode, placement=placement, seed=seed, out=out, run=run_name, dht_json=dht_json,
-        bits=bits, rate=rate, size=size, topics=topics, stabilize=stabilize, emulation=emulation,
+        bits=bits, rate=rate, size=size, topics=topics, topics_per_pub=topics_per_pub,
+        topics_per_sub=topics_per_sub, stabilize=stabilize, emulation=emulation,
         curve=curve)
+
     def progress(message: str) -> None:  # for people; scripts get one line on error, as everywhere
         if sys.stderr.isatty():
             typer.echo(f"chordpub: {message}", err=True)
@@ -71,3 +76,7 @@ def run(
                f"deliveries: {summary['deliveries']} (publishers sent {summary['sent']}); latency "
                f"min {lat['min']} p50 {lat['p50']} p99 {lat['p99']} ms\n"
                f"lookups: {summary['lookups']}, mean hops {summary['mean_hops']}")
+    if len(summary["topics"]) > 1:
+        for topic, t in summary["topics"].items():
+            typer.echo(f"  {topic}: sent {t['sent']}, delivered {t['deliveries']}, latency p50 "
+                       f"{t['latency_ms']['p50']} p99 {t['latency_ms']['p99']} ms")

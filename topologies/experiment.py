@@ -55,6 +55,8 @@ class ExperimentConfig:
     rate: float = 10.0
     size: int = 100
     topics: int = 1
+    topics_per_pub: int = 1  # each publisher process is one client on this many topics
+    topics_per_sub: int = 1
     stabilize: float = 0.5
     emulation: str = "auto"
     ring_timeout: float = 60.0
@@ -67,6 +69,9 @@ class ExperimentConfig:
             raise ExperimentError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if min(self.pubs, self.subs) < 0 or self.topics < 1 or self.seconds <= 0:
             raise ExperimentError("pubs and subs must be >= 0, topics >= 1 and seconds > 0")
+        for name in ("topics_per_pub", "topics_per_sub"):
+            if not 1 <= getattr(self, name) <= self.topics:
+                raise ExperimentError(f"--{name.replace('_', '-')} must be between 1 and --topics ({self.topics})")
 
 
 @dataclass
@@ -202,15 +207,16 @@ class Experiment:
             for j, slot in enumerate(s for s in clients if s.role == role):
                 via = by_host.get(slot.host) or nodes[j % len(nodes)].endpoint
                 ip = net.net.get(slot.host).IP()
-                topic = f"topic{j % cfg.topics}"
+                per = cfg.topics_per_sub if role == "sub" else cfg.topics_per_pub
+                topic_args = [a for t in topics_for(j, per, cfg.topics) for a in ("--topic", t)]
                 if role == "sub":
-                    args = ["sub", "--via", via, "--topic", topic, "--host", ip, "--mode", cfg.mode,
+                    args = ["sub", "--via", via, *topic_args, "--host", ip, "--mode", cfg.mode,
                             "--run", run, "--source", "mininet", "--json",
                             "--seconds", str(cfg.seconds + cfg.ring_timeout + 60),
                             "--trace", str(run_dir / "deliveries" / f"{slot.name}.jsonl")]
                     self._spawn(net, slot, args + self._curve(), logs, stdout=logs / f"{slot.name}.json")
                 else:
-                    args = ["pub", "--via", via, "--topic", topic, "--host", ip, "--mode", cfg.mode,
+                    args = ["pub", "--via", via, *topic_args, "--host", ip, "--mode", cfg.mode,
                             "--count", "0", "--rate", str(cfg.rate), "--size", str(cfg.size),
                             "--trace", str(logs / f"{slot.name}.sent.jsonl")]
                     self._spawn(net, slot, args + self._curve(), logs)
@@ -279,25 +285,43 @@ class Experiment:
         os.replace(tmp, path)
 
 
+def topics_for(index: int, per: int, topics: int) -> list[str]:
+    """The topics of the index-th publisher (or subscriber): `per` consecutive ones of `topics`, each
+    process starting one further on, so that every topic is covered while there are processes."""
+    return [f"topic{(index + i) % topics}" for i in range(min(per, topics))]
+
+
 def summarize(run_dir: Path) -> dict:
-    """Deliveries, their latency p50/p99/min, lookups and their mean hops, from RUN's JSON Lines."""
-    latencies, lookups_hops, modes = [], [], set()
+    """Deliveries, their latency p50/p99/min (in all and per topic), lookups and their mean hops, from
+    RUN's JSON Lines."""
+    latencies: dict[str, list[float]] = {}
+    lookups_hops, modes = [], set()
     for f in sorted((run_dir / "deliveries").glob("*.jsonl")):
         for row in read_jsonl(f):
-            latencies.append(float(row["latency_ms"]))
+            latencies.setdefault(str(row["topic"]), []).append(float(row["latency_ms"]))
             modes.add(row.get("mode"))
     for f in sorted((run_dir / "lookups").glob("*.jsonl")):
         lookups_hops += [int(r["hops"]) for r in read_jsonl(f) if r.get("ok", True)]
-    sent = sum(len(read_jsonl(f)) for f in (run_dir / "logs").glob("*.sent.jsonl"))
-    lat = np.asarray(latencies)
+    sent: dict[str, int] = {}
+    for f in (run_dir / "logs").glob("*.sent.jsonl"):
+        for row in read_jsonl(f):
+            sent[str(row["topic"])] = sent.get(str(row["topic"]), 0) + 1
+    every = np.asarray([x for v in latencies.values() for x in v])
     return {
-        "sent": sent, "deliveries": int(lat.size), "modes": sorted(m for m in modes if m),
-        "latency_ms": {"min": _round(lat.min()) if lat.size else None,
-                       "p50": _round(np.percentile(lat, 50)) if lat.size else None,
-                       "p99": _round(np.percentile(lat, 99)) if lat.size else None},
+        "sent": sum(sent.values()), "deliveries": int(every.size), "modes": sorted(m for m in modes if m),
+        "latency_ms": _latency(every),
+        "topics": {t: {"sent": sent.get(t, 0), "deliveries": len(latencies.get(t, [])),
+                       "latency_ms": _latency(np.asarray(latencies.get(t, [])))}
+                   for t in sorted(set(sent) | set(latencies))},
         "lookups": len(lookups_hops),
         "mean_hops": _round(np.mean(lookups_hops)) if lookups_hops else None,
     }
+
+
+def _latency(lat: np.ndarray) -> dict:
+    return {"min": _round(lat.min()) if lat.size else None,
+            "p50": _round(np.percentile(lat, 50)) if lat.size else None,
+            "p99": _round(np.percentile(lat, 99)) if lat.size else None}
 
 
 def _round(x: float) -> float:

@@ -73,6 +73,23 @@ def test_the_acceptance_command_from_the_cli(clean_host, tmp_path):
     assert wall <= 90
 
 
+def test_the_courses_shape_each_process_one_client_on_several_topics(clean_host, tmp_path):
+    cfg = ExperimentConfig(topo="single,6", dht=2, pubs=2, subs=2, topics=3, topics_per_pub=2, topics_per_sub=2,
+                           seconds=3, out=tmp_path, run="course")
+    summary = Experiment(cfg).run()
+    assert_complete(tmp_path / "course", slots=6)
+    deliveries = rows(tmp_path / "course" / "deliveries")
+    by_sub: dict[str, set[str]] = {}
+    for d in deliveries:
+        by_sub.setdefault(d["subscriber"], set()).add(d["topic"])
+    assert sorted(map(sorted, by_sub.values())) == [["topic0", "topic1"], ["topic1", "topic2"]]
+    assert set(summary["topics"]) == {"topic0", "topic1", "topic2"}
+    assert all(t["deliveries"] > 0 and t["sent"] > 0 for t in summary["topics"].values())
+    for name in ("sub1", "sub2"):
+        report = json.loads((tmp_path / "course" / "logs" / f"{name}.json").read_text())
+        assert len(report["topics"]) == 2 and report["received"] == sum(t["received"] for t in report["topics"])
+
+
 def test_a_course_dht_json_forms_the_ring_with_its_ids(clean_host, tmp_path):
     """...with every process under --curve too (the course's hosts, our keys)."""
     course = {"dht": [{"id": f"dht{i}", "hash": h, "IP": f"10.0.0.{i}", "port": 5555, "host": f"h{i}"}
@@ -114,6 +131,7 @@ def test_a_course_file_that_disagrees_with_the_network_is_refused(clean_host, tm
     (["--topo", "single,4", "--placement", "spread"], "placement must be one of"),
     (["--topo", "single,4", "--delay", "fast"], "delay must be a number"),
     (["--topo", "single,4", "--dht", "2", "--dht-json", "x.json"], "not both"),
+    (["--topo", "single,4", "--topics", "2", "--topics-per-sub", "3"], "between 1 and --topics"),
 ])
 def test_bad_options_get_one_line_and_start_nothing(clean_host, tmp_path, args, words):
     one_error_line(run_cli("mininet", "run", *args, "--out", str(tmp_path)), words)
