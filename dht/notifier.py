@@ -48,6 +48,7 @@ class Notifier:
         self.socket = (context or zmq.Context.instance()).socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 10_000)
+        self.socket.setsockopt(zmq.RCVHWM, 0)  # watchers' filters (thousands from one client): never dropped
         self.socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it
         if node.setup is not None:
             node.setup(self.socket, True)

@@ -36,7 +36,7 @@ from dht import wire
 from dht.transport import Refused, RejectLog, Reply, RpcClient, RpcServer, SocketSetup
 from pubsub.delivery import Subscription
 from pubsub.directory import PublisherEntry
-from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, EnvelopeError
+from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, EnvelopeError, topic_filter
 from pubsub.mailbox import Mailbox
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
@@ -100,6 +100,7 @@ class IoLoop:
         sock = self.context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.SNDHWM, 0)  # our filters, to every peer: never dropped (publishing.py says why)
         sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # a larger frame: the peer is dropped
         if self.setup is not None:
             self.setup(sock, False)
@@ -185,25 +186,23 @@ class IoLoop:
     def _drain_sub(self, sock: zmq.Socket) -> None:
         touched: set[TopicState] = set()
         mode = "direct" if sock is self.subs["direct"] else "relay"
+        recv, on_frame, now = sock.recv, self.on_frame, time.time_ns
         for _ in range(BATCH):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frame = recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            ts = self.on_frames(frames, mode, time.time_ns())
+            ts = on_frame(frame, mode, now())
             if ts is not None:
                 touched.add(ts)
         for ts in touched:
             self._flush(ts)
 
-    def on_frames(self, frames: list[bytes], mode: str, recv_ns: int) -> TopicState | None:
-        """One message from the `mode` SUB socket, checked (frame count, envelope types, topic) before
-        any state is touched. Returns the topic's state when it took the message in."""
-        if len(frames) != 2:
-            self.reject_log(f"{len(frames)} frames, expected topic and envelope")
-            return None
+    def on_frame(self, frame: bytes, mode: str, recv_ns: int) -> TopicState | None:
+        """One frame from the `mode` SUB socket, checked (envelope types, topic) before any state is
+        touched. Returns the topic's state when it took the message in."""
         try:
-            env = Envelope.decode(frames[1], probes=True)
+            env = Envelope.decode(frame, probes=True)
         except EnvelopeError as exc:
             self.reject_log(str(exc))
             return None
@@ -328,7 +327,7 @@ class IoLoop:
         if ts.mode not in self.subs:
             self.subs[ts.mode] = self._sub_socket()
             self._read(self.subs[ts.mode], True)
-        self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
+        self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
         if ts.mode == "relay":
             self.set_relay(topic, relay)
         new = self._reconcile(ts, publishers)
@@ -347,9 +346,9 @@ class IoLoop:
 
     def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry]) -> list[Stream]:
         new, gone = ts.reconcile(publishers)
+        for st in gone:  # its last messages may still be on their way: a heartbeat's grace
+            self._later(self.heartbeat, lambda st=st: self._forget(ts, st))
         if ts.mode == "direct":
-            for st in gone:
-                self._unref("direct", st.entry.endpoint)
             for st in new:
                 self._ref("direct", st.entry.endpoint)
         waiter = self.waiters.get(ts.topic)
@@ -357,6 +356,12 @@ class IoLoop:
             for st in gone:
                 waiter.pending.discard(st.id)
         return new
+
+    def _forget(self, ts: TopicState, st: Stream) -> None:
+        if self.topics.get(ts.topic) is ts and ts.departed.get(st.id) is st:
+            ts.forget(st.id)
+            if ts.mode == "direct":
+                self._unref("direct", st.entry.endpoint)
 
     def set_relay(self, topic: str, endpoint: str | None) -> None:
         """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
@@ -397,9 +402,9 @@ class IoLoop:
         handle = self.handles.pop(topic, None)
         if ts is None:
             return
-        self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic.encode("utf-8"))
+        self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
-            for st in ts.streams.values():
+            for st in (*ts.streams.values(), *ts.departed.values()):
                 self._unref("direct", st.entry.endpoint)
         else:
             self.set_relay(topic, None)

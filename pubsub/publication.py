@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pubsub.directory import PublisherEntry
-from pubsub.envelope import Envelope
+from pubsub.envelope import Envelope, topic_filter
 from pubsub.history import History
 
 MODES = ("direct", "relay")
@@ -35,6 +35,7 @@ class Publication:
     strength: int | None = None
     mode: str = "direct"
     history: History = field(init=False)
+    filter: bytes = field(init=False)  # the prefix subscribers' SUB sockets select this topic by
     sent: int = 0
 
     def __post_init__(self) -> None:
@@ -46,6 +47,7 @@ class Publication:
         if self.reliable and self.history_size == 0:
             self.history_size = RELIABLE_HISTORY
         self.history = History(self.history_size)
+        self.filter = topic_filter(self.topic)
 
     def stamp(self, payload: bytes, now_ns: int) -> Envelope:
         """The next message: numbered, timestamped, kept in the history."""

@@ -21,11 +21,12 @@ import threading
 import time
 from collections import Counter
 
+import msgpack
 import zmq
 
 from dht import wire
 from dht.transport import SocketSetup
-from pubsub.envelope import MAX_TOPIC_CHARS, Envelope
+from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
 from pubsub.publication import Publication
 
 SNDHWM = 100_000
@@ -49,11 +50,16 @@ class PublishingSide:
         self._relay_of: dict[str, str] = {}  # topic -> the relay it is connected to
         self._probe_token = 0
         self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
+        self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
 
     def _pub_socket(self, server: bool) -> zmq.Socket:
         sock = self.context.socket(zmq.XPUB)
         sock.setsockopt(zmq.XPUB_VERBOSER, 1)
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        # only subscribers' filters come in, and one subscriber may send thousands at once (its SUB
+        # sends every topic it follows to every publisher it is connected to): past a high-water
+        # mark, libzmq would drop them silently
+        sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it too
         sock.setsockopt(zmq.LINGER, 2000)  # flush what is queued when we close
         if self.setup is not None:
@@ -76,7 +82,7 @@ class PublishingSide:
             pub = self.publications[topic]
             env = pub.stamp(payload, time.time_ns())
             sock = self.direct if pub.mode == "direct" else self.relay
-            sock.send_multipart([topic.encode("utf-8"), env.encode()])  # type: ignore[union-attr]
+            sock.send(env.encode(self._packer))  # type: ignore[union-attr]
         return env
 
     def probe(self, topics: list[str]) -> int:
@@ -89,7 +95,7 @@ class PublishingSide:
                     continue
                 sock = self.direct if pub.mode == "direct" else self.relay
                 env = Envelope.probe(topic, self.client_id, self._probe_token, time.time_ns())
-                sock.send_multipart([topic.encode("utf-8"), env.encode()])  # type: ignore[union-attr]
+                sock.send(env.encode(self._packer))  # type: ignore[union-attr]
             return self._probe_token
 
     def drain_filters(self) -> None:
@@ -117,7 +123,7 @@ class PublishingSide:
             self.drain_filters()
             pub = self.publications.get(topic)
             name = "relay" if pub is not None and pub.mode == "relay" else "direct"
-            return self._filters.get((name, topic.encode("utf-8")), 0)
+            return self._filters.get((name, topic_filter(topic)), 0)
 
     def next_probe_token(self) -> int:
         """The token the next probe will carry: what a subscriber asking now must wait for."""

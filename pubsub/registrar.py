@@ -104,6 +104,7 @@ class Registrar:
         self.dht = DhtClient(via, timeout=1.0, retries=1, setup=setup, context=context)
         self.events = context.socket(zmq.SUB)
         self.events.setsockopt(zmq.LINGER, 0)
+        self.events.setsockopt(zmq.SNDHWM, 0)  # one filter per topic followed: never dropped
         self.events.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
         if setup is not None:
             setup(self.events, False)

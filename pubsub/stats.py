@@ -22,11 +22,17 @@ _LOG_BASE = math.log(_BASE)
 _BUCKETS = int(math.log(1e6 / _MIN_MS) / _LOG_BASE) + 2  # up to 10^6 ms
 
 
+_INV_MIN = 1.0 / _MIN_MS
+_INV_LOG_BASE = 1.0 / _LOG_BASE
+_log = math.log
+
+
 class LatencyHistogram:
-    """Latencies in milliseconds; bucket i holds [MIN * BASE^(i-1), MIN * BASE^i), bucket 0 all below."""
+    """Latencies in milliseconds; bucket i holds [MIN * BASE^(i-1), MIN * BASE^i), bucket 0 all below.
+    The counts are a Python list: one increment per message costs less there than in a numpy array."""
 
     def __init__(self) -> None:
-        self.counts = np.zeros(_BUCKETS, dtype=np.int64)
+        self.counts = [0] * _BUCKETS
         self.count = 0
         self.min = math.inf
         self.max = -math.inf
@@ -37,8 +43,8 @@ class LatencyHistogram:
             self.min = ms
         if ms > self.max:
             self.max = ms
-        i = 0 if ms <= _MIN_MS else min(int(math.log(ms / _MIN_MS) / _LOG_BASE) + 1, _BUCKETS - 1)
-        self.counts[i] += 1
+        i = int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0
+        self.counts[i if i < _BUCKETS else _BUCKETS - 1] += 1
 
     def quantile(self, q: float) -> float | None:
         """The q-quantile (0..1) to within a bucket's width (2%), clamped to the exact min and max."""
@@ -50,7 +56,7 @@ class LatencyHistogram:
         return min(max(mid, self.min), self.max)
 
     def merge(self, other: LatencyHistogram) -> None:
-        self.counts += other.counts
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         self.count += other.count
         self.min = min(self.min, other.min)
         self.max = max(self.max, other.max)

@@ -14,7 +14,9 @@ and a read of the record when `reread` is set. Per publisher (a `Stream`):
 - ownership strength: on an exclusive topic only the strongest live publisher is delivered.
 A message from a publisher the record has not told us of yet (a "stranger": it registered since
 our last read) is held, bounded, and the record read again at once, so a new publisher loses no
-more of its start than the time one read takes.
+more of its start than the time one read takes. A publisher the record no longer names has
+*departed*: its messages still in flight are delivered until the loop `forget`s it a heartbeat
+later (its unregistration travels owner -> events -> us and can overtake its last messages).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class TopicState:
         self.topic, self.subscriber, self.history, self.reliable, self.mode = (
             topic, subscriber, history, reliable, mode)
         self.streams: dict[str, Stream] = {}
+        self.departed: dict[str, Stream] = {}  # gone from the record; still delivered until forgotten
+        self._leader: str | None = None  # on an exclusive topic, the only publisher delivered
         self.unmatched: dict[str, str] = {}  # publisher id -> why it is not delivered
         self.strangers: dict[str, list[tuple[Envelope, int]]] = {}  # publisher -> (message, recv_ns)
         self._stranger_count = 0
@@ -104,18 +108,23 @@ class TopicState:
 
     # -- publishers come and go --------------------------------------------------------------------
     def reconcile(self, publishers: list[PublisherEntry]) -> tuple[list[Stream], list[Stream]]:
-        """Match the record's publishers; returns (new streams, gone streams). New streams that need
-        history are queued for their catch-up; held strangers of theirs are taken in."""
+        """Match the record's publishers; returns (new streams, departed streams). New streams that need
+        history are queued for their catch-up; held strangers of theirs are taken in. A departed one
+        that is named again comes back as it was."""
         current = {p.id: p for p in publishers}
         gone = [self.streams.pop(pid) for pid in list(self.streams) if pid not in current]
         for st in gone:
-            self.stats.lost_before += st.window.missing()
+            self.departed[st.id] = st
         for pid in [p for p in self.unmatched if p not in current]:
             del self.unmatched[pid]
         new: list[Stream] = []
         for pid, entry in current.items():
             if pid in self.streams:
                 self.streams[pid].entry = entry  # strength or endpoints may have changed
+                continue
+            if pid in self.departed:
+                self.streams[pid] = self.departed.pop(pid)
+                self.streams[pid].entry = entry
                 continue
             if pid in self.unmatched:
                 continue
@@ -134,6 +143,8 @@ class TopicState:
             elif self.history:
                 self.heads.append(st)
                 st.fetching = True
+        chosen = leader([s.entry for s in self.streams.values()])
+        self._leader = None if chosen is None else chosen.id
         for st in new:
             for env, recv_ns in self.strangers.pop(st.id, []):
                 self.on_message(env, recv_ns)
@@ -141,6 +152,13 @@ class TopicState:
             del self.strangers[pid]  # the record does not know it: a stranger indeed, or one already gone
         self._stranger_count = sum(map(len, self.strangers.values()))
         return new, gone
+
+    def forget(self, pid: str) -> Stream | None:
+        """A departed publisher's grace is over: nothing more of it is delivered."""
+        st = self.departed.pop(pid, None)
+        if st is not None:
+            self.stats.lost_before += st.window.missing()
+        return st
 
     def _mismatch(self, entry: PublisherEntry) -> str | None:
         if entry.mode != self.mode:
@@ -153,7 +171,7 @@ class TopicState:
     # -- what arrives -------------------------------------------------------------------------------
     def on_message(self, env: Envelope, recv_ns: int) -> None:
         """A live message of this topic from the SUB socket (already checked: well formed, our topic)."""
-        st = self.streams.get(env.publisher)
+        st = self.streams.get(env.publisher) or self.departed.get(env.publisher)
         if st is None:
             if env.publisher not in self.unmatched and self._stranger_count < STRANGER_LIMIT:
                 self.strangers.setdefault(env.publisher, []).append((env, recv_ns))
@@ -257,8 +275,7 @@ class TopicState:
             self._deliver(st, env, recovered, recv_ns)
 
     def _deliver(self, st: Stream, env: Envelope, recovered: bool, recv_ns: int) -> None:
-        chosen = leader([s.entry for s in self.streams.values()])
-        if chosen is not None and chosen.id != st.id:
+        if self._leader is not None and self._leader != st.entry.id:
             return  # exclusive topic: only the strongest publisher is delivered
         msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered)
         self.stats.received += 1
@@ -281,7 +298,8 @@ class TopicState:
         """Messages known to be missing: best effort, gaps in what arrived; reliable, dead letters."""
         if self.reliable:
             return self.stats.dead_lettered
-        return self.stats.lost_before + sum(st.window.missing() for st in self.streams.values())
+        streams = (*self.streams.values(), *self.departed.values())
+        return self.stats.lost_before + sum(st.window.missing() for st in streams)
 
     def summary(self) -> dict:
         return self.stats.summary(self.topic, self.lost)

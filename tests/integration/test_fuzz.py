@@ -213,7 +213,8 @@ def test_record_changes_of_any_shape_only_ever_add_real_publishers(examples, par
 @pytest.mark.parametrize("examples", SIZES)
 def test_the_client_message_path_delivers_only_real_envelopes_of_its_publishers(examples, parts):
     """SUB socket input: whatever arrives, only a well-formed envelope of a matched publisher on a
-    topic we follow is delivered; a stranger's is held (bounded) until the record says who it is."""
+    topic we follow is delivered; a stranger's is held (bounded) until the record says who it is.
+    Frames are single: a multipart message from a rogue peer is only several frames, each judged alone."""
     state = TopicState("fuzzed", parts.io.id)
     handle = Subscription("fuzzed", state, lambda _t: None)
     parts.io.topics["fuzzed"] = state
@@ -223,14 +224,14 @@ def test_the_client_message_path_delivers_only_real_envelopes_of_its_publishers(
     envelopes = st.builds(Envelope, st.sampled_from(["fuzzed", "fuzzed-other", "x"]),
                           st.sampled_from([known, "127.0.0.1:9"]) | st.text(max_size=12),
                           st.integers(min_value=0, max_value=2**64 - 1), st.integers(min_value=0, max_value=2**63),
-                          st.binary(max_size=30)).map(lambda e: [e.topic.encode(), e.encode()])
-    frames = envelopes | st.lists(st.binary(max_size=40) | values.map(_pack), max_size=4)
+                          st.binary(max_size=30)).map(lambda e: e.encode())
+    frames = envelopes | st.binary(max_size=40) | values.map(_pack)
 
-    def check(message: list[bytes]) -> None:
+    def check(message: bytes) -> None:
         before = state.stats.received
-        parts.io.on_frames(message, "direct", 0)
+        parts.io.on_frame(message, "direct", 0)
         try:
-            env = Envelope.decode(message[1], probes=True) if len(message) == 2 else None
+            env = Envelope.decode(message, probes=True)
         except EnvelopeError:
             env = None
         delivered = len(state.deliveries)
@@ -240,7 +241,7 @@ def test_the_client_message_path_delivers_only_real_envelopes_of_its_publishers(
             assert env is not None and env.topic == "fuzzed" and env.publisher == known and env.seq >= 1
         assert known not in state.strangers  # a matched publisher's messages are never held
         assert sum(map(len, state.strangers.values())) <= STRANGER_LIMIT
-        parts.io.on_frames(message, "relay", 0)  # a direct topic takes nothing from the relay socket
+        parts.io.on_frame(message, "relay", 0)  # a direct topic takes nothing from the relay socket
         assert not state.deliveries
 
     fuzz(examples, frames, check)

@@ -24,7 +24,7 @@ from chordpub.launcher import LocalRing, wait_for
 from dht.client import DhtClient
 from dht.ids import key_id, owner_of
 from pubsub.directory import topic_info
-from pubsub.envelope import Envelope
+from pubsub.envelope import Envelope, topic_filter
 from tests.conftest import PERIOD, jsonl, start_module_ring
 
 
@@ -185,7 +185,7 @@ class LossyLink:
         ctx = zmq.Context.instance()
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self.sub.setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
         self.sub.connect(f"tcp://{upstream}")
         self.pub = ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -201,12 +201,12 @@ class LossyLink:
         while not self.stop.is_set():
             if not self.sub.poll(50):
                 continue
-            frames = self.sub.recv_multipart()
-            seq = Envelope.decode(frames[1], probes=True).seq
+            frame = self.sub.recv()
+            seq = Envelope.decode(frame, probes=True).seq
             if seq and (seq in self.drop_run or self.rng.random() < 0.05):
                 self.dropped.add(seq)
                 continue
-            self.pub.send_multipart(frames)
+            self.pub.send(frame)
 
     def close(self) -> None:
         self.stop.set()

@@ -101,6 +101,22 @@ def test_only_the_strongest_is_delivered_on_an_exclusive_topic():
     assert delivered(ts) == [(weak.id, 2, False)]
 
 
+def test_a_departed_publisher_is_delivered_until_forgotten_and_may_come_back():
+    ts = TopicState("t", "me")
+    ts.reconcile([A])
+    ts.on_message(env(1), 1)
+    new, gone = ts.reconcile([])  # its unregistration overtook its last messages
+    assert not new and [st.id for st in gone] == [A.id]
+    ts.on_message(env(2), 1)
+    ts.reconcile([A])  # named again: the same stream, nothing delivered twice
+    ts.on_message(env(2), 1)
+    ts.reconcile([])
+    ts.on_message(env(4), 1)
+    assert ts.forget(A.id) is not None and ts.lost == 1
+    ts.on_message(env(5), 1)  # forgotten: a stranger now
+    assert [s for _, s, _ in delivered(ts)] == [1, 2, 4] and ts.strangers
+
+
 def test_strangers_are_held_and_delivered_once_the_record_names_them():
     ts = TopicState("t", "me")
     ts.reconcile([A])
