@@ -42,8 +42,8 @@ class RecordsReply:
 
     endpoint: str
     results: list[dict]
-    arc: tuple[int | None, int]
-    services: dict[str, str]
+    arc: tuple[int | None, int] | None  # None when not asked for (about=False)
+    services: dict[str, str] | None
 
     @classmethod
     def parse(cls, endpoint: str, body: dict, n_items: int) -> RecordsReply:
@@ -52,14 +52,17 @@ class RecordsReply:
             if not isinstance(results, list) or len(results) != n_items or not all(
                     isinstance(r, dict) for r in results):
                 raise ValueError("results")
-            lo, hi = body["arc"]
-            arc = (None if lo is None else wire.decode_id(lo), wire.decode_id(hi))
-            services = body.get("services") or {}
-            if not isinstance(services, dict):
-                raise ValueError("services")
+            arc = services = None
+            if "arc" in body:
+                lo, hi = body["arc"]
+                arc = (None if lo is None else wire.decode_id(lo), wire.decode_id(hi))
+                services = body.get("services") or {}
+                if not isinstance(services, dict):
+                    raise ValueError("services")
+                services = {str(k): v for k, v in services.items() if isinstance(v, str)}
         except (KeyError, TypeError, ValueError) as exc:
             raise DhtError(f"records on {endpoint}: malformed reply ({exc})") from None
-        return cls(endpoint, results, arc, {str(k): v for k, v in services.items() if isinstance(v, str)})
+        return cls(endpoint, results, arc, services)
 
 
 @dataclass
@@ -182,6 +185,8 @@ class DhtClient:
             out[k] = body.get(k)
         services = body.get("services")
         out["services"] = services if isinstance(services, dict) else {}
+        traffic = body.get("traffic")
+        out["traffic"] = traffic if isinstance(traffic, dict) else {}
         return out
 
     def lookup(self, key: str, start: str | None = None) -> LookupResult:
@@ -240,9 +245,11 @@ class DhtClient:
         self._at_owner(key, "delete")
 
     # -- leased records (dht/records.py) --------------------------------------------------------
-    def records_at(self, endpoint: str, items: list[dict], timeout: float | None = None) -> RecordsReply:
-        """One `records` request to one node: many items on the records it owns (see dht/wire.py)."""
-        reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout)
+    def records_at(self, endpoint: str, items: list[dict], timeout: float | None = None,
+                   about: bool = False, retries: int | None = None) -> RecordsReply:
+        """One `records` request to one node: many items on the records it owns (see dht/wire.py);
+        `about` asks for the node's arc and services too."""
+        reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout, retries=retries, about=about)
         if not reply.ok:
             raise DhtError(f"records on {endpoint} failed: {reply.err}", unreachable=unreachable(reply))
         return RecordsReply.parse(endpoint, reply.body, len(items))

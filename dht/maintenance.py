@@ -49,11 +49,13 @@ class Maintainer:
         self.config = node.config
         self.me = node.me
         self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
+        node.maintainer_rpc = self.rpc  # its traffic shows in `info`
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
         self._quiet_rounds = 0
         self._next_finger = 0
         self._hand_back_pending = node.store.loaded > 0  # restarted from --data-dir
+        self._pred_missed = 0
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -155,9 +157,19 @@ class Maintainer:
             return
 
     def check_predecessor(self) -> None:
+        """check_predecessor() (ToN'03 Fig. 6), forgetting it after two missed pings in a row: the
+        predecessor decides what this node owns, and one slow answer from a busy neighbour is not a
+        death worth a round of hand-overs."""
         with self.node.lock:
             pred = self.routing.predecessor
-        if pred is not None and unreachable(self.rpc.call(pred.endpoint, "ping")):
+        if pred is None:
+            return
+        if not unreachable(self.rpc.call(pred.endpoint, "ping")):
+            self._pred_missed = 0
+            return
+        self._pred_missed += 1
+        if self._pred_missed >= 2:
+            self._pred_missed = 0
             with self.node.lock:
                 self.routing.forget(pred.endpoint)
 
@@ -319,11 +331,13 @@ class Maintainer:
 
     # -- leased records ----------------------------------------------------------------------------
     def expire_records(self) -> None:
-        """The owner deletes fields whose lease has passed, and their watchers hear of it."""
+        """The owner deletes fields whose lease has passed, and their watchers hear of it. A lease is
+        judged at the last moment the server had nothing waiting, not at the clock: a node too busy
+        to read its queue must not expire the fields whose renewals sit in it."""
         node = self.node
-        now = time.time()
+        now = min(time.time(), node.server.caught_up_at)
         with node.lock:
-            gone = node.records.expired(now, self.routing.owns)
+            gone = node.records.expired(now, self.routing.owns_strictly)
             for composite in gone:
                 version = node.write_field(composite, None)
                 key, name = split_field_key(composite)

@@ -82,6 +82,7 @@ class ChordNode:
         self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
                       else Store(config.bits, observer))
         self.notifier = Notifier(self, config.host)  # binds the events socket, so that `info` names it
+        self.maintainer_rpc = None  # set by the Maintainer: its requests count in `traffic`
         config.services["events"] = self.notifier.endpoint
         self.rounds = 0
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
@@ -175,7 +176,16 @@ class ChordNode:
                 "rounds": self.rounds,
                 "joined": self.joined.is_set(),
                 "services": dict(self.config.services),
+                "traffic": self.traffic(),
             }
+
+    def traffic(self) -> dict:
+        """Bytes this node sent: replies, its own requests (stabilization, replication, lookups), and
+        record changes published (counted once: libzmq copies them to each watcher). Records held."""
+        requests = self.maintainer_rpc.bytes_sent if self.maintainer_rpc is not None else 0
+        return {"replies_bytes": self.server.bytes_sent, "requests_bytes": requests,
+                "events_bytes": self.notifier.bytes_sent, "events": self.notifier.published,
+                "record_fields": sum(len(f) for f in self.records.fields.values())}
 
     def _on_next_hop(self, req: dict) -> dict:
         hop = self.routing.next_hop(req["key_id"], req.get("avoid", ()))
@@ -215,11 +225,12 @@ class ChordNode:
     def _on_records(self, req: dict) -> dict:
         """Items on records this node owns: writes, renewals (O(1): a lease deadline), reads. An item
         on a record owned elsewhere is answered "not the owner" and the others still apply. The reply
-        names this node's arc and services, so a client learns which records it owns without lookups."""
+        names this node's arc and services when asked ("about"), so a client learns which records it
+        owns without lookups (renewals do not ask: they are the bulk of a node's requests)."""
         now = time.time()
         results, wrote = [], False
         for item in req["items"]:
-            if not self.routing.owns(key_id(item["k"], self.config.bits)):
+            if not self.routing.owns_strictly(key_id(item["k"], self.config.bits)):
                 results.append({"ok": False, "err": NOT_OWNER})
                 continue
             applied = self.records.apply(item, now)
@@ -233,6 +244,8 @@ class ChordNode:
             results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))
+        if not req.get("about"):
+            return {"results": results}
         pred = self.routing.predecessor
         return {"results": results, "arc": [None if pred is None else wire.encode_id(pred.id),
                                             wire.encode_id(self.me.id)],

@@ -3,8 +3,9 @@
 Watchers are ZeroMQ subscriptions to this node's events socket (the `events` service of `node
 info`), one per (record, namespace) they care for: a subscriber of a topic listens to the
 publishers' namespace of its record and never hears of other subscribers. A change goes out as one
-message, ``[key NUL namespace, msgpack {"k", "set": {name: value}, "del": [names], "epoch"}]``, to
-every watcher at once; libzmq does the fan-out and drops it for a watcher that stopped reading.
+frame, the msgpack array ``[key NUL namespace, {"k", "set": {name: value}, "del": [names], "epoch"}]``
+(dht/records.py), to every watcher at once; libzmq does the fan-out and drops it for a watcher that
+stopped reading.
 Nothing here is acknowledged: a watcher compares the namespace's epoch on its next renewal and
 reads the record again when it missed something.
 
@@ -20,11 +21,10 @@ import logging
 import queue
 from typing import Protocol
 
-import msgpack
 import zmq
 
 from dht import wire
-from dht.records import Change, change_message, events_topic, namespace
+from dht.records import Change, change_message, event_frame, namespace
 from dht.transport import SocketSetup
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class Notifier:
             node.setup(self.socket, True)
         self.endpoint = f"{host}:{self.socket.bind_to_random_port(f'tcp://{host}')}"
         self.published = 0
+        self.bytes_sent = 0
 
     def run(self) -> None:
         changes = self.node.changes
@@ -78,10 +79,11 @@ class Notifier:
         for change in batch:
             groups.setdefault((change.key, namespace(change.name)), []).append(change)
         for (key, ns), group in groups.items():
-            body = msgpack.packb(change_message(group), use_bin_type=True)
+            body = event_frame(key, ns, change_message(group))
             try:
-                self.socket.send_multipart([events_topic(key, ns), body], zmq.NOBLOCK)
+                self.socket.send(body, zmq.NOBLOCK)
                 self.published += 1
+                self.bytes_sent += len(body)  # once per message: libzmq copies it to each watcher
             except zmq.Again:
                 pass  # PUB never blocks; a full queue just drops, and epochs tell the watchers
 

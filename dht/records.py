@@ -16,8 +16,11 @@ What makes an owner cheap:
   (record, namespace) has an epoch, the newest version written in it (deletions included), so a
   client compares one number per renewal to know whether its view is stale;
 - a change (a field set to a new value, deleted or expired) becomes a `Change`, which the node
-  publishes on its events socket under ``key + "\\0" + namespace``: watchers are ZeroMQ subscriptions
-  to exactly the namespaces they care for, and a subscriber never receives another subscriber's field.
+  publishes on its events socket as one frame, the msgpack array ``[key + "\\0" + namespace, change]``:
+  watchers are ZeroMQ subscriptions to exactly the namespaces they care for (`events_topic` is the
+  prefix; msgpack writes a string's length first, so it matches one record and namespace only), and a
+  subscriber never receives another subscriber's field. One frame, because a watcher that disconnects
+  while a multipart message is half read makes libzmq abort (fq.cpp: `!_more`).
 """
 
 from __future__ import annotations
@@ -43,8 +46,14 @@ def namespace(name: str) -> str:
 
 
 def events_topic(key: str, ns: str) -> bytes:
-    """The first frame of a change on the node's events socket, and what a watcher subscribes to."""
-    return (key + SEP + ns).encode("utf-8")
+    """The prefix of a change of (key, namespace) on the node's events socket: what a watcher
+    subscribes to."""
+    return b"\x92" + msgpack.packb(key + SEP + ns)  # an array of two, then the string
+
+
+def event_frame(key: str, ns: str, body: dict[str, Any]) -> bytes:
+    """A change as it goes out on the events socket (`events_topic` is its prefix)."""
+    return msgpack.packb([key + SEP + ns, body], use_bin_type=True)
 
 
 @dataclass(frozen=True, slots=True)

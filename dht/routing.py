@@ -74,6 +74,15 @@ class RoutingTable:
             return True
         return in_half_open(k, self.predecessor.id, self.me.id)
 
+    def owns_strictly(self, k: int) -> bool:
+        """Whether k is surely ours: in (predecessor, me] with a predecessor known, or we are alone.
+        A node that has just lost its predecessor (a slow neighbour's ping timed out) would otherwise
+        claim every key until notify() tells it again, within a round; leased records (whose owner
+        expires fields and tells watchers) must not be served or expired on such a claim."""
+        if self.alone:
+            return True
+        return self.predecessor is not None and in_half_open(k, self.predecessor.id, self.me.id)
+
     # -- routing (ToN'03 Fig. 5) -------------------------------------------------------------
     def closest_preceding_node(self, k: int, avoid: Collection[str] = ()) -> Peer:
         """The known node that most closely precedes k (ToN'03 Fig. 5, with §V-B's successor list).

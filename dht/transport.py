@@ -97,6 +97,8 @@ class RpcServer:
         self.host = host
         self.endpoint = f"{host}:{self.port}"
         self.reject_log = RejectLog("malformed request")
+        self.bytes_sent = 0  # replies, for the node's traffic figures
+        self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
 
     def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
         """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
@@ -105,13 +107,17 @@ class RpcServer:
             try:
                 frames = self.socket.recv_multipart()
             except zmq.Again:
+                self.caught_up_at = time.time()
                 continue
             reply = self.handle_frames(frames)
             if reply is not None:
                 try:
                     self.socket.send_multipart(reply, zmq.NOBLOCK)
+                    self.bytes_sent += len(reply[-1])
                 except zmq.ZMQError as exc:  # peer gone: drop the reply
                     log.debug("reply not sent: %s", exc)
+            if not self.socket.poll(0):
+                self.caught_up_at = time.time()
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -162,9 +168,11 @@ class RpcClient:
     process that talks to a thousand peers still holds one socket (the middleware client promises a
     fixed handful). Requests can be sent at once after connect; libzmq queues them until the
     connection is up. Two faces:
-    - `call()` blocks for the reply (Lazy Pirate, as in the zguide: on timeout the peer's connection is
-      dropped and a fresh one, with a new routing id, carries the retry, so a late reply can never be
-      taken for the next one);
+    - `call()` blocks for the reply, retrying on timeout (the zguide's Lazy Pirate). Replies are
+      matched by request id, so a late one is never taken for the next; the peer's connection is
+      dropped and reopened (a new routing id) only after two timeouts in a row, which bounds what
+      queues up for a dead peer without making a thousand clients of a merely busy node reconnect
+      to it at once (measured: that reconnection storm kept a loaded node unreachable for seconds);
     - `send()` returns at once and the reply (or the timeout) goes to a callback, run by whoever polls
       `socket` and calls `on_readable()` and `expire()`: an event loop that must never wait on a peer.
     """
@@ -185,6 +193,8 @@ class RpcClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, float, Callable[[Reply], None] | None]] = {}
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
+        self._timeouts: dict[str, int] = {}  # endpoint -> timeouts in a row
+        self.bytes_sent = 0
 
     # -- blocking -----------------------------------------------------------------------------------
     def call(self, endpoint: str, op: str, /, timeout: float | None = None, retries: int | None = None,
@@ -203,18 +213,27 @@ class RpcClient:
                 if body.get("ok"):
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
-            self.reset(endpoint)  # Lazy Pirate: a fresh connection for the retry
+            self._timed_out(endpoint)
         return Reply(False, err=f"no reply from {endpoint} within {timeout:g}s", timed_out=True)
 
     def _await(self, rid: int, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
         while rid not in self._replies:
             left = deadline - time.monotonic()
-            if left <= 0 or not self.socket.poll(int(left * 1000) + 1):
-                self._pending.pop(rid, None)
-                return None
+            if not self.socket.poll(max(int(left * 1000), 0) + 1):  # at the deadline: one last look
+                if time.monotonic() >= deadline:
+                    self._pending.pop(rid, None)
+                    return None
+                continue
             self.on_readable()
         return self._replies.pop(rid)
+
+    def _timed_out(self, endpoint: str) -> None:
+        n = self._timeouts.get(endpoint, 0) + 1
+        if n >= 2:
+            self.reset(endpoint)  # Lazy Pirate, the second time in a row
+        else:
+            self._timeouts[endpoint] = n
 
     # -- asynchronous -------------------------------------------------------------------------------
     def send(self, endpoint: str, op: str, /, on_reply: Callable[[Reply], None] | None = None,
@@ -250,6 +269,7 @@ class RpcClient:
             pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
             if pending is None:
                 continue  # a stale reply (its caller gave up) or one nobody asked to see
+            self._timeouts.pop(pending[0], None)  # it answers
             callback = pending[2]
             if callback is None:
                 self._replies[rid] = body
@@ -262,7 +282,7 @@ class RpcClient:
         late = [(rid, p) for rid, p in self._pending.items() if p[1] <= now and p[2] is not None]
         for rid, (endpoint, _deadline, callback) in late:
             del self._pending[rid]
-            self.reset(endpoint)
+            self._timed_out(endpoint)
             callback(Reply(False, err=f"no reply from {endpoint}", timed_out=True))
 
     def next_deadline(self) -> float | None:
@@ -281,11 +301,13 @@ class RpcClient:
             peer = self._peer(endpoint)
         except wire.WireError as exc:
             return Reply(False, err=str(exc))
+        body = wire.encode_request(op, rid, **fields)
         try:
-            self.socket.send_multipart([peer, wire.encode_request(op, rid, **fields)], zmq.NOBLOCK)
+            self.socket.send_multipart([peer, body], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # its queue is full (a peer that long stopped reading), or gone
             self.reset(endpoint)
             return Reply(False, err=f"send failed: {exc}")
+        self.bytes_sent += len(body)
         return None
 
     def _peer(self, endpoint: str) -> bytes:
@@ -305,6 +327,7 @@ class RpcClient:
 
     def reset(self, endpoint: str) -> None:
         """Forget the connection to `endpoint`; the next request opens a new one."""
+        self._timeouts.pop(endpoint, None)
         if self._peers.pop(endpoint, None) is not None:
             self._disconnect(endpoint)
 

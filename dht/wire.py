@@ -150,6 +150,12 @@ def _record_items(value: Any, what: str) -> list[dict]:
     return out
 
 
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise WireError(f"{what} must be true or false")
+    return value
+
+
 def _optional_bytes(value: Any, what: str) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -225,7 +231,7 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
                 "successors": (_peers, False)},
     "leave": {},
     # leased records (dht/records.py): many fields of many records owned by the node, in one request
-    "records": {"items": (_record_items, True)},
+    "records": {"items": (_record_items, True), "about": (_bool, False)},
     # the owner of the arc (from, to] still holds its entries: replica leases there start again
     "refresh": {"from": (_id, True), "to": (_id, True)},
 }

@@ -12,11 +12,11 @@ the FEUP reliable pub/sub API's pull `get()`::
 
 Inside, whatever the number of topics: one ZeroMQ context, two PUB sockets (direct, and one that
 connects to relays), two SUB sockets (direct, relay), one service ROUTER (history, repair and probes
-for our publications), one RPC socket per thread, and one SUB on the ring's events sockets. Three
-threads: the io loop (pubsub/io_loop.py: receives and serves, never waits on a peer), the registrar
-(pubsub/registrar.py: the ring, one request per owner node per heartbeat), and, once a subscription
-has a callback, the dispatcher that runs callbacks (pubsub/delivery.py). `publish()` runs on the
-caller's thread.
+for our publications), one RPC socket per thread, and one SUB on the ring's events sockets. Two
+threads: the io loop (pubsub/io_loop.py: receives, serves, and runs callbacks; never waits on a
+peer) and the registrar (pubsub/registrar.py: the ring, one request per owner node per heartbeat);
+a third runs callbacks instead when `callback_thread=True` (pubsub/delivery.py). `publish()` runs
+on the caller's thread.
 """
 
 from __future__ import annotations
@@ -57,24 +57,31 @@ class Client:
     client dies); `curve` a keys directory from `chordpub keys generate` (CurveZMQ on every socket, as
     `role`); `timeout` bounds every call that waits on the ring (the constructor's first contact
     included); `trace` appends every delivery to a JSON Lines file in the trace schema;
-    `on_dead_letter` is told of messages a reliable subscription will never get.
+    `on_dead_letter` is told of messages a reliable subscription will never get; callbacks run on the
+    client's io thread (keep them short: while one runs, nothing else of this client is delivered or
+    served), or on a thread of their own with `callback_thread=True`; `context` lets
+    several clients in one process share a ZeroMQ context (and its I/O thread) instead of having one
+    each; the client then closes its own sockets but leaves the context to its owner.
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
                  curve: str | Path | None = None, role: str = "client", timeout: float = 10.0,
                  trace: str | Path | None = None, trace_run: str = "live", trace_source: str = "live",
-                 on_dead_letter: Callable[[DeadLetter], None] | None = None) -> None:
+                 on_dead_letter: Callable[[DeadLetter], None] | None = None,
+                 callback_thread: bool = False, context: zmq.Context | None = None) -> None:
         wire.parse_endpoint(via)
         if not 0.01 <= heartbeat <= 3600:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
         self.via, self.host, self.heartbeat, self.timeout = via, host, heartbeat, timeout
         self._on_dead_letter = on_dead_letter
-        self.context = zmq.Context()
+        self._own_context = context is None
+        self.context = zmq.Context() if context is None else context
         self._curve = None
         self._closed = False
         self._lock = threading.Lock()
         self._subscriptions: dict[str, Subscription] = {}
         self._dispatcher: Dispatcher | None = None
+        self._callback_thread = callback_thread
         self._trace = None
         try:
             setup = self._curve_setup(curve, role)
@@ -184,8 +191,10 @@ class Client:
         `history`: ask each publisher for its last k messages first (recovered=True; a publisher
         offering fewer is not matched); `reliable`: in order per publisher from its first message,
         no duplicates, gaps repaired from its history, what it no longer holds dead-lettered;
-        `callback(message)`: run for each message on the client's callback thread (else use `get()`
-        or iterate); `pending_limit`: messages waiting for the application at most."""
+        `callback(message)`: run for each message on the client's io thread, in order (or on its
+        callback thread, with `callback_thread=True`); without one, use `get()` or iterate;
+        `pending_limit`: messages waiting for the application at most. Called from a callback, it
+        returns at once (the io thread cannot wait on itself) and the subscription is in place soon."""
         self._check_open()
         check_topic(topic)
         check_mode(mode)
@@ -193,7 +202,7 @@ class Client:
         with self._lock:
             if topic in self._subscriptions:
                 raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
-            if callback is not None and self._dispatcher is None:
+            if callback is not None and self._callback_thread and self._dispatcher is None:
                 self._dispatcher = Dispatcher(self.id)
             handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher, pending_limit,
                                   wake=self.io.wake)
@@ -210,6 +219,8 @@ class Client:
                            on_publishers=lambda r: self._publishers_changed(topic, r),
                            on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)))
         self.registrar.call(lambda: self.registrar.register(reg))
+        if threading.current_thread() is self.io.thread:
+            return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
         try:
             return ready.result(wait)
         except FutureTimeout:
@@ -294,11 +305,12 @@ class Client:
                 obj.close_unstarted()
         if self._trace is not None:
             self._trace.close()
-        if self._curve is not None:
+        if self._curve is not None and self._own_context:
             from dht.curve import stop_authenticator
 
             stop_authenticator(self.context)
-        self.context.destroy(linger=0)
+        if self._own_context:
+            self.context.destroy(linger=0)
 
     def __enter__(self) -> Client:
         return self

@@ -3,10 +3,13 @@
 The io loop (pubsub/io_loop.py) hands every message of a topic to that topic's `Subscription`:
 - without a callback, the message waits in the subscription's queue for `get()` or iteration
   (the FEUP API's pull get);
-- with a callback, it waits in the client's one `Dispatcher` queue, whose thread runs callbacks in
-  order, so that a slow callback never holds the io loop (which also serves other clients' history
-  and repair requests and answers their probes).
-Both are bounded (`pending_limit` messages per subscription). When a best-effort subscription's
+- with a callback, the io loop calls it at once, as paho-mqtt's network loop and nats.py's event
+  loop do: no thread hand-off per message (with a hundred clients in one process, waking a second
+  thread for every message of every client made the process spend its time switching threads).
+  A callback therefore holds the loop while it runs, and with it this client's other deliveries
+  and the history and probes it serves: keep it short, or give the client `callback_thread=True`,
+  and a `Dispatcher` thread runs the callbacks in order from a queue instead.
+Queues are bounded (`pending_limit` messages per subscription). When a best-effort subscription's
 application does not keep up, what does not fit is dropped and counted (`stats.dropped`, and a
 warning at most every 5 s), as nats.py's slow-consumer limit does; a reliable subscription never
 drops here: its limit makes the io loop stop reading (`full`), the publishers' high-water marks
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PENDING_LIMIT = 65_536
+PENDING_LIMIT = 10_000
 WARN_EVERY = 5.0
 
 
@@ -134,8 +137,12 @@ class Subscription:
         self.pending += len(messages)
         if self.pending >= self.pending_limit:
             self.was_full = True
-        if self.callback is not None and self._dispatcher is not None:
-            self._dispatcher.put(self, messages)
+        if self.callback is not None:
+            if self._dispatcher is not None:
+                self._dispatcher.put(self, messages)
+                return
+            self.pending -= len(messages)
+            run_callbacks(self, messages)
             return
         with self._ready:
             self._queue.extend(messages)
@@ -156,6 +163,21 @@ class Subscription:
             self._queue.clear()
             self.pending = 0
             self._ready.notify_all()
+
+
+def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
+    """Run `sub`'s callback on each message in order; an exception is the application's bug: logged,
+    and the next message still delivered. Returns how many raised."""
+    errors = 0
+    for msg in messages:
+        if not sub.active:
+            break
+        try:
+            sub.callback(msg)  # type: ignore[misc]
+        except Exception:
+            errors += 1
+            log.exception("callback of %s failed on seq %d", sub.topic, msg.seq)
+    return errors
 
 
 class Dispatcher:
@@ -188,14 +210,7 @@ class Dispatcher:
                     return
                 sub, messages = self._queue.popleft()
                 self._current = sub
-            for msg in messages:
-                if not sub.active:
-                    break
-                try:
-                    sub.callback(msg)  # type: ignore[misc]
-                except Exception:  # the application's bug: logged, and the next message still delivered
-                    self.errors += 1
-                    log.exception("callback of %s failed on seq %d", sub.topic, msg.seq)
+            self.errors += run_callbacks(sub, messages)
             sub.done(len(messages))
             with self._ready:
                 self._current = None

@@ -35,7 +35,7 @@ import zmq
 from dht import wire
 from dht.transport import Refused, RejectLog, Reply, RpcClient, RpcServer, SocketSetup
 from pubsub.delivery import Subscription
-from pubsub.directory import PublisherEntry
+from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, EnvelopeError, topic_filter
 from pubsub.mailbox import Mailbox
 from pubsub.message import DeadLetter, Message
@@ -50,7 +50,7 @@ SERVICE_SCHEMAS: wire.Schemas = {
               "to": (wire.optional(wire.uint), False)},
     "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
 }
-RCVHWM = 100_000
+RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larger)
 BATCH = 2000  # messages read from one socket before the others get a turn
 PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
 FETCH_TIMEOUT = 2.0
@@ -87,6 +87,7 @@ class IoLoop:
         self._refs: dict[str, Counter[str]] = {"direct": Counter(), "relay": Counter()}
         self._relay_of: dict[str, str] = {}  # relay-mode topic -> the relay its SUB is connected to
         self._probe_topics: set[str] = set()
+        self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
         self.mailbox = Mailbox()
@@ -276,10 +277,18 @@ class IoLoop:
         self.rpc.send(st.entry.repair, "last", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic, count=0)
 
     def _beat(self) -> None:
-        """Reliable streams that stalled since the last beat have their tail checked; the filters
-        subscribers sent our PUB sockets are read (they must not pile up)."""
+        """Reliable streams that stalled since the last beat have their tail checked; a best-effort
+        subscription that lost messages since the last beat says so; the filters subscribers sent our
+        PUB sockets are read (they must not pile up)."""
         with self.publishing.lock:
             self.publishing.drain_filters()
+        for ts in self.topics.values():
+            lost = ts.lost
+            if not ts.reliable and lost > self._lost_told.get(ts.topic, 0):
+                log.warning("%s: %d messages lost so far (%d since the last heartbeat): this subscriber is slower "
+                            "than its publishers, or the network drops", ts.topic, lost,
+                            lost - self._lost_told.get(ts.topic, 0))
+                self._lost_told[ts.topic] = lost
         for ts in self.topics.values():
             if ts.reliable:
                 for st in list(ts.streams.values()):
@@ -346,8 +355,9 @@ class IoLoop:
 
     def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry]) -> list[Stream]:
         new, gone = ts.reconcile(publishers)
-        for st in gone:  # its last messages may still be on their way: a heartbeat's grace
-            self._later(self.heartbeat, lambda st=st: self._forget(ts, st))
+        for st in gone:  # its last messages may still be on their way, and a registration that expired
+            # at a busy owner comes back: a lease's grace before we disconnect
+            self._later(LEASE_HEARTBEATS * self.heartbeat, lambda st=st: self._forget(ts, st))
         if ts.mode == "direct":
             for st in new:
                 self._ref("direct", st.entry.endpoint)

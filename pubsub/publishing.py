@@ -29,7 +29,8 @@ from dht.transport import SocketSetup
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
 from pubsub.publication import Publication
 
-SNDHWM = 100_000
+SNDHWM = 10_000  # per subscriber: with the subscriber's own 10_000, a slow one is at most ~20_000
+# messages behind before it loses (and counts) messages, rather than being buried in latency
 
 
 def check_topic(topic: str) -> str:

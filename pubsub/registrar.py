@@ -63,6 +63,7 @@ class Registration:
     events: str | None = None  # the events endpoint we listen to for this record
     retry_at: float = 0.0
     read_at: float = 0.0
+    missed: int = 0  # consecutive renewals the owner did not answer
 
     @property
     def key(self) -> tuple[str, str]:
@@ -264,7 +265,7 @@ class Registrar:
                 if reg.watch:
                     item["read"] = PUB
                 items.append(item)
-            self._send(owner, group, items)
+            self._send(owner, group, items, about=True)
 
     def _renew(self) -> None:
         by_owner: dict[str, list[Registration]] = {}
@@ -275,19 +276,32 @@ class Registrar:
             items = [{"k": r.topic, "f": r.name, "op": "renew", **({"epoch": PUB} if r.watch else {})}
                      for r in group]
             self.renewals += 1
-            self._send(owner, group, items)
+            self._send(owner, group, items, renewing=True)
 
-    def _send(self, owner: str, group: list[Registration], items: list[dict]) -> None:
+    def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False,
+              renewing: bool = False) -> None:
+        """One request to `owner`; `about` (placements) asks for its arc and services, which renewals
+        (the same owner, by definition) do without. A renewal gets one attempt, a heartbeat long, and
+        one that goes unanswered is not yet a dead owner: a busy one answers late, and sending our
+        fields round the ring again would only add to its load. The second in a row is."""
         now = time.monotonic()
         try:
-            reply = self.dht.records_at(owner, items)
+            if renewing:
+                reply = self.dht.records_at(owner, items, timeout=self.heartbeat, retries=0)
+            else:
+                reply = self.dht.records_at(owner, items, about=about)
         except DhtError as exc:
             log.info("%s: %s", owner, exc)
-            self.arcs.forget(owner)
             for reg in group:
-                self._lost_owner(reg, now)
+                reg.missed += 1
+                if not renewing or reg.missed >= 2:
+                    self.arcs.forget(owner)
+                    self._lost_owner(reg, now)
             return
-        self.arcs.learn(owner, reply.arc)
+        for reg in group:
+            reg.missed = 0
+        if reply.arc is not None:
+            self.arcs.learn(owner, reply.arc)
         for reg, result in zip(group, reply.results, strict=True):
             if self.regs.get(reg.key) is not reg:
                 continue  # unregistered meanwhile
@@ -305,7 +319,8 @@ class Registrar:
                 continue
             first = not reg.placed and reg.on_placed is not None
             reg.placed = True
-            self._follow(reg, owner, reply.services)
+            if reply.services is not None:
+                self._follow(reg, owner, reply.services)
             if isinstance(result.get("count"), int):
                 reg.counted = result["count"]
             epoch = result.get("epoch")
@@ -368,16 +383,16 @@ class Registrar:
     def _drain_events(self) -> None:
         for _ in range(EVENTS_BATCH):
             try:
-                frames = self.events.recv_multipart(zmq.NOBLOCK)
+                frame = self.events.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self.apply_event(frames[-1])
+            self.apply_event(frame)
 
     def apply_event(self, raw: bytes) -> bool:
         """A change of a record we watch, from its owner's events socket: applied to the publishers we
         know when it is newer than what we read. Anything else is ignored. True when applied."""
         try:
-            body = msgpack.unpackb(raw, raw=False)
+            _prefix, body = msgpack.unpackb(raw, raw=False)
             topic, epoch = body["k"], body["epoch"]
             sets, dels = dict(body.get("set") or {}), list(body.get("del") or [])
         except Exception:  # not an events message of ours

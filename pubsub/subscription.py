@@ -15,8 +15,9 @@ and a read of the record when `reread` is set. Per publisher (a `Stream`):
 A message from a publisher the record has not told us of yet (a "stranger": it registered since
 our last read) is held, bounded, and the record read again at once, so a new publisher loses no
 more of its start than the time one read takes. A publisher the record no longer names has
-*departed*: its messages still in flight are delivered until the loop `forget`s it a heartbeat
-later (its unregistration travels owner -> events -> us and can overtake its last messages).
+*departed*: its messages still in flight are delivered until the loop `forget`s it a lease later
+(its unregistration travels owner -> events -> us and can overtake its last messages; and a
+registration that expired at an owner too busy to read its renewals comes back).
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ class TopicState:
         current = {p.id: p for p in publishers}
         gone = [self.streams.pop(pid) for pid in list(self.streams) if pid not in current]
         for st in gone:
+            log.info("%s: publisher %s is no longer in the topic's record", self.topic, st.id)
             self.departed[st.id] = st
         for pid in [p for p in self.unmatched if p not in current]:
             del self.unmatched[pid]

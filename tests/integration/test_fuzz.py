@@ -197,7 +197,8 @@ def test_record_changes_of_any_shape_only_ever_add_real_publishers(examples, par
     bodies = st.fixed_dictionaries({"k": st.sampled_from(["fuzzed", "other"]) | values,
                                     "epoch": st.integers(0, 2**63) | values},
                                    optional={"set": sets | values, "del": st.lists(st.text(max_size=20)) | values})
-    raw = bodies.map(_pack) | st.binary(max_size=60) | values.map(_pack)
+    raw = (bodies.map(lambda b: _pack(["fuzzed\x00pub/", b])) | st.tuples(values, values).map(lambda t: _pack(list(t)))
+           | st.binary(max_size=60) | values.map(_pack))
 
     def check(body: bytes) -> None:
         reg.epoch = None

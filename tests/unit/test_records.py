@@ -6,7 +6,7 @@ import pytest
 
 from dht.ids import in_half_open, key_id
 from dht.node import ChordNode, NodeConfig
-from dht.records import MISSING, Change, FieldValue, RecordTable, change_message, events_topic, namespace
+from dht.records import MISSING, Change, FieldValue, RecordTable, change_message, event_frame, events_topic, namespace
 from dht.store import Store, field_key
 
 
@@ -51,7 +51,8 @@ def test_epochs_move_per_namespace_and_only_on_membership_changes():
     reply = apply(table, store, {"k": "t", "read": "pub/", "count": "sub/"}, 2.0, version=14)
     assert reply == {"ok": True, "fields": {}, "epoch": 13, "count": 1}
     assert namespace("pub/x/y") == "pub/" and namespace("plain") == ""
-    assert events_topic("t", "pub/") == b"t\x00pub/"
+    assert event_frame("t", "pub/", {"k": "t"}).startswith(events_topic("t", "pub/"))
+    assert not event_frame("t2", "pub/", {"k": "t2"}).startswith(events_topic("t", "pub/"))
 
 
 def test_an_owner_adopts_fields_it_never_leased_and_expires_the_rest():
@@ -102,9 +103,9 @@ def node():
     n.notifier.close()
 
 
-def records(node: ChordNode, items: list[dict]) -> dict:
+def records(node: ChordNode, items: list[dict], about: bool = False) -> dict:
     with node.lock:
-        return node._on_records({"op": "records", "id": 1, "items": items})
+        return node._on_records({"op": "records", "id": 1, "items": items, "about": about})
 
 
 def test_ten_thousand_subscribers_renewed_without_a_write_a_job_or_a_notification(node):
@@ -120,7 +121,7 @@ def test_ten_thousand_subscribers_renewed_without_a_write_a_job_or_a_notificatio
     versions = {k: e.version for k, e in node.store._entries.items()}
     node.store.dirty.clear()
     out = records(node, [{"k": "crowded", "f": f"sub/direct/{i}", "op": "renew", "epoch": "pub/"}
-                         for i in range(4096)])
+                         for i in range(4096)], about=True)
     assert all(r == {"ok": True, "epoch": 0} for r in out["results"])
     assert {k: e.version for k, e in node.store._entries.items()} == versions
     assert node.jobs.empty() and not node.store.dirty and node.changes.qsize() == changes_before

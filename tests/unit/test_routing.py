@@ -147,3 +147,14 @@ def test_set_finger_fills_the_run_of_fingers_the_same_node_owns():
     # starts 1, 2, 4, ..., 32 all have successor 40; start 64 does not
     assert set_idx == [0, 1, 2, 3, 4, 5]
     assert all(t.fingers[i].id == owner_of(ids, finger_start(0, i, BITS)) for i in set_idx)
+
+
+def test_a_node_without_a_predecessor_owns_keys_only_leniently():
+    from dht.routing import Peer, RoutingTable
+
+    rt = RoutingTable(Peer(100, "h:1"), bits=8, successors=2)
+    assert rt.owns(5) and rt.owns_strictly(5)  # alone: everything is ours
+    rt.adopt_successor_list(Peer(200, "h:2"), [])
+    assert rt.owns(150) and not rt.owns_strictly(150)  # predecessor unknown: not surely ours
+    rt.predecessor = Peer(50, "h:3")
+    assert rt.owns_strictly(60) and not rt.owns_strictly(150) and not rt.owns(150)
