@@ -21,7 +21,7 @@ import queue
 import random
 import time
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
@@ -31,8 +31,28 @@ from dht.routing import Peer
 from dht.store import EntryTuple, entry_key_id, split_field_key
 from dht.transport import Reply, RpcClient
 
-if TYPE_CHECKING:
-    from dht.node import ChordNode
+
+class MaintainedNode(Protocol):
+    """What the maintenance thread uses of its node (dht/node.py's ChordNode), named here so that the
+    two modules do not import each other."""
+
+    config: Any  # NodeConfig
+    me: Peer
+    routing: Any  # RoutingTable, used under `lock`
+    store: Any  # Store
+    records: Any  # RecordTable
+    lock: Any  # threading.RLock
+    jobs: queue.Queue
+    changes: queue.Queue
+    stopped: Any  # threading.Event
+    joined: Any  # threading.Event
+    server: Any  # RpcServer
+    setup: Any  # SocketSetup | None
+    timeout: float
+    rounds: int
+    maintainer_rpc: Any
+
+    def write_field(self, composite: str, raw: bytes | None) -> int: ...
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +64,7 @@ AskFn = Callable[[str, int, Collection[str]], Reply]
 
 
 class Maintainer:
-    def __init__(self, node: ChordNode) -> None:
+    def __init__(self, node: MaintainedNode) -> None:
         self.node = node
         self.config = node.config
         self.me = node.me

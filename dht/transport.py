@@ -303,7 +303,14 @@ class RpcClient:
             return Reply(False, err=str(exc))
         body = wire.encode_request(op, rid, **fields)
         try:
-            self.socket.send_multipart([peer, body], zmq.NOBLOCK)
+            try:
+                self.socket.send_multipart([peer, body], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                # the connection itself is gone (a refused handshake, say): open a new one and resend
+                self.reset(endpoint)
+                self.socket.send_multipart([self._peer(endpoint), body], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # its queue is full (a peer that long stopped reading), or gone
             self.reset(endpoint)
             return Reply(False, err=f"send failed: {exc}")

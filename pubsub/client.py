@@ -36,11 +36,13 @@ from dht.client import DhtError
 from dht.transport import RpcServer
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import PUB, SUB, subscriber_field
-from pubsub.io_loop import SERVICE_SCHEMAS, IoLoop
+from pubsub.io_loop import IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.publication import Publication, check_mode
 from pubsub.publishing import PublishingSide, check_topic
-from pubsub.registrar import Registrar, Registration, subscriber_value
+from pubsub.registrar import Registrar
+from pubsub.registration import Registration, subscriber_value
+from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import TopicState
 
 log = logging.getLogger(__name__)

@@ -4,18 +4,16 @@ topic it publishes, and never waits on a peer.
 It polls:
 - the SUB sockets: `direct`, connected to the PUB socket of every matched publisher of a direct-mode
   topic, and `relay`, connected to the relay of each relay-mode topic's owner;
-- the service ROUTER, the client's one listening endpoint besides its PUB: other clients ask it for
-  history and repair of our publications, and for probes;
+- the service ROUTER (pubsub/service.py), the client's one listening endpoint besides its PUB:
+  other clients ask it for history and repair of our publications, and for probes;
 - the RPC ROUTER on which we ask publishers the same (dht/transport.py's asynchronous face:
   requests go out, replies come back as callbacks, a dead publisher costs a timeout, not a stall);
 - a pipe on which other threads wake it after posting work with `call()`.
 All per-topic logic is pubsub/subscription.py's; this module moves bytes and carries out what a
 `TopicState` asks for (deliveries, fetches, dead letters, re-reads of the record).
 
-Subscribing is confirmed: for each publisher known when `subscribe()` was called, the loop asks the
-publisher for a probe, and the subscription is in place once a probe with at least the promised
-token comes back on the topic's own frame (pubsub/envelope.py), since then everything published
-after it will arrive too. A probe that does not come is asked again, with backoff.
+Subscribing is confirmed by probes (pubsub/confirm.py): `subscribe()` returns once every publisher
+known at that moment holds our filter.
 """
 
 from __future__ import annotations
@@ -28,68 +26,49 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 import zmq
 
 from dht import wire
-from dht.transport import Refused, RejectLog, Reply, RpcClient, RpcServer, SocketSetup
+from dht.transport import RejectLog, Reply, RpcClient, RpcServer, SocketSetup
+from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
-from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, EnvelopeError, topic_filter
+from pubsub.envelope import Envelope, EnvelopeError, topic_filter
 from pubsub.mailbox import Mailbox
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
+from pubsub.service import Service
 from pubsub.subscription import Stream, TopicState
 
 log = logging.getLogger(__name__)
 
-SERVICE_SCHEMAS: wire.Schemas = {
-    "last": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "count": (wire.uint, True)},
-    "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
-              "to": (wire.optional(wire.uint), False)},
-    "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
-}
 RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larger)
 BATCH = 2000  # messages read from one socket before the others get a turn
-PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
 FETCH_TIMEOUT = 2.0
 
 
-@dataclass
-class Waiter:
-    """A subscribe() waiting for its publishers' probes."""
-
-    future: Future
-    handle: Subscription
-    pending: set[str]
-    deadline: float
-    missing: dict[str, str] = field(default_factory=dict)  # publisher -> why it could not confirm
-
-
 class IoLoop:
-    def __init__(self, service: RpcServer, publishing: PublishingSide, context: zmq.Context,
+    def __init__(self, server: RpcServer, publishing: PublishingSide, context: zmq.Context,
                  setup: SocketSetup | None, heartbeat: float,
                  on_reread: Callable[[str], None] = lambda _t: None,
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  on_delivered: Callable[[str, list[Message]], None] | None = None) -> None:
-        self.service = service
-        service.handler = self._on_service
+        self.service = Service(server, publishing)
         self.publishing = publishing
         self.context, self.setup, self.heartbeat = context, setup, heartbeat
         self.on_reread, self.on_dead_letter, self.on_delivered = on_reread, on_dead_letter, on_delivered
-        self.id = service.endpoint
+        self.id = server.endpoint
         self.rpc = RpcClient(timeout=1.0, retries=0, setup=setup, context=context)
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
         self.handles: dict[str, Subscription] = {}
-        self.waiters: dict[str, Waiter] = {}
         self._refs: dict[str, Counter[str]] = {"direct": Counter(), "relay": Counter()}
         self._relay_of: dict[str, str] = {}  # relay-mode topic -> the relay its SUB is connected to
-        self._probe_topics: set[str] = set()
         self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
+        self.confirmations = Confirmations(self.rpc, self._later, self._alive)
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
@@ -138,7 +117,7 @@ class IoLoop:
                 now = time.monotonic()
                 wait = next_beat - now
                 for deadline in (self.rpc.next_deadline(), self._timers[0][0] if self._timers else None,
-                                 min((w.deadline for w in self.waiters.values()), default=None)):
+                                 self.confirmations.next_deadline()):
                     if deadline is not None:
                         wait = min(wait, deadline - now)
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
@@ -147,14 +126,14 @@ class IoLoop:
                 if self.rpc.socket in events:
                     self.rpc.on_readable()
                 if self.service.socket in events:
-                    self._serve()
+                    self.service.serve()
                 for sock in self.subs.values():
                     if sock in events and self._reading.get(sock):
                         self._drain_sub(sock)
                 now = time.monotonic()
                 self.rpc.expire(now)
                 self._run_timers(now)
-                self._check_waiters(now)
+                self.confirmations.check(now)
                 if now >= next_beat:
                     self._beat()
                     next_beat = now + self.heartbeat
@@ -213,7 +192,7 @@ class IoLoop:
         if env.is_probe:
             st = ts.streams.get(env.publisher)
             if st is not None and not st.confirmed and st.see_probe(env.token):
-                self._confirmed(ts, st)
+                self.confirmations.seen(ts, st)
             return None
         ts.on_message(env, recv_ns)
         return ts
@@ -295,37 +274,6 @@ class IoLoop:
                     if ts.tail_check(st):
                         self._ask_head(ts, st, lambda s, body, _now, ts=ts: ts.on_tail(s, body))
 
-    # -- serving our publications ----------------------------------------------------------------------
-    def _serve(self) -> None:
-        sock = self.service.socket
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            reply = self.service.handle_frames(frames)
-            if reply is not None:
-                try:
-                    sock.send_multipart(reply, zmq.NOBLOCK)
-                except zmq.ZMQError as exc:
-                    log.debug("reply not sent: %s", exc)
-        if self._probe_topics:
-            self.publishing.probe(sorted(self._probe_topics))
-            self._probe_topics.clear()
-
-    def _on_service(self, req: dict) -> dict:
-        topic = req["topic"]
-        if topic not in self.publishing.publications:
-            raise Refused(f"{self.id} does not publish {topic!r}")
-        if req["op"] == "probe":
-            self._probe_topics.add(topic)
-            return {"token": self.publishing.next_probe_token()}
-        result = self.publishing.serve(topic, req["op"], count=req.get("count", 0), lo=req.get("from", 1),
-                                       hi=req.get("to"))
-        if result is None:
-            raise Refused(f"{self.id} does not publish {topic!r}")
-        return result
-
     # -- subscriptions (called on this thread through `call`) ----------------------------------------
     def attach(self, ts: TopicState, handle: Subscription, publishers: list[PublisherEntry],
                relay: str | None, future: Future, confirm_timeout: float) -> None:
@@ -340,12 +288,8 @@ class IoLoop:
         if ts.mode == "relay":
             self.set_relay(topic, relay)
         new = self._reconcile(ts, publishers)
-        waiter = Waiter(future, handle, {st.id for st in new}, time.monotonic() + confirm_timeout)
-        self.waiters[topic] = waiter
-        for st in new:
-            self._probe(ts, st, PROBE_RETRY)
         self._flush(ts)
-        self._check_waiters(time.monotonic())
+        self.confirmations.wait(ts, new, future, handle, confirm_timeout)
 
     def set_publishers(self, topic: str, publishers: list[PublisherEntry]) -> None:
         ts = self.topics.get(topic)
@@ -361,10 +305,8 @@ class IoLoop:
         if ts.mode == "direct":
             for st in new:
                 self._ref("direct", st.entry.endpoint)
-        waiter = self.waiters.get(ts.topic)
-        if waiter is not None:
-            for st in gone:
-                waiter.pending.discard(st.id)
+        for st in gone:
+            self.confirmations.seen(ts, st)
         return new
 
     def _forget(self, ts: TopicState, st: Stream) -> None:
@@ -418,54 +360,9 @@ class IoLoop:
                 self._unref("direct", st.entry.endpoint)
         else:
             self.set_relay(topic, None)
-        waiter = self.waiters.pop(topic, None)
-        if waiter is not None and not waiter.future.done():
-            waiter.future.set_exception(RuntimeError(f"unsubscribed from {topic!r} before it was in place"))
+        self.confirmations.cancel(topic)
         if handle is not None:
             handle.close()
-
-    # -- confirmation by probes ------------------------------------------------------------------------
-    def _probe(self, ts: TopicState, st: Stream, backoff: float) -> None:
-        def on_reply(reply: Reply) -> None:
-            if not self._alive(ts, st) or st.confirmed:
-                return
-            token = reply.get("token") if reply.ok else None
-            if not isinstance(token, int) or isinstance(token, bool):
-                self._unconfirmable(ts, st, reply.err or "no token in the probe reply")
-                return
-            st.probe_token = token if st.probe_token is None else min(st.probe_token, token)
-            if st.see_probe(-1):
-                self._confirmed(ts, st)
-                return
-            self._later(backoff, lambda: self._probe(ts, st, min(backoff * 2, 0.5)))
-
-        if self._alive(ts, st) and not st.confirmed and ts.topic in self.waiters:
-            self.rpc.send(st.entry.repair, "probe", on_reply=on_reply, timeout=1.0, topic=ts.topic)
-
-    def _confirmed(self, ts: TopicState, st: Stream) -> None:
-        waiter = self.waiters.get(ts.topic)
-        if waiter is not None:
-            waiter.pending.discard(st.id)
-            self._check_waiters(time.monotonic())
-
-    def _unconfirmable(self, ts: TopicState, st: Stream, why: str) -> None:
-        waiter = self.waiters.get(ts.topic)
-        if waiter is not None and st.id in waiter.pending:
-            waiter.pending.discard(st.id)
-            waiter.missing[st.id] = why
-            log.warning("%s: publisher %s did not confirm our subscription: %s", ts.topic, st.id, why)
-            self._check_waiters(time.monotonic())
-
-    def _check_waiters(self, now: float) -> None:
-        for topic, waiter in list(self.waiters.items()):
-            if waiter.pending and now < waiter.deadline:
-                continue
-            del self.waiters[topic]
-            for pid in waiter.pending:
-                waiter.missing[pid] = "no probe came back in time"
-                log.warning("%s: publisher %s did not confirm our subscription in time", topic, pid)
-            if not waiter.future.done():
-                waiter.future.set_result(waiter.handle)
 
     # -- the end -----------------------------------------------------------------------------------------
     def close_unstarted(self) -> None:

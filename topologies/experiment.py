@@ -113,6 +113,7 @@ class Experiment:
             try:
                 ring = self._start_ring(net, slots, logs, name)
                 self._start_clients(net, slots, logs, name, run_dir)
+                self._await_publishing(logs)
                 self.progress(f"publishing for {cfg.seconds:g} s")
                 self._wait(cfg.seconds)
                 self._stop(role="pub")
@@ -220,6 +221,18 @@ class Experiment:
                             "--count", "0", "--rate", str(cfg.rate), "--size", str(cfg.size),
                             "--trace", str(logs / f"{slot.name}.sent.jsonl")]
                     self._spawn(net, slot, args + self._curve(), logs)
+
+    def _await_publishing(self, logs: Path, timeout: float = 60.0) -> None:
+        """The publishing window starts when every publisher sends (its sent record has a line): a
+        process's start in a loaded host, and its wait for the subscribers' filters, can take seconds."""
+        pubs = [s for s in self.started if s.slot.role == "pub"]
+        deadline = time.monotonic() + timeout
+        while not all((logs / f"{s.slot.name}.sent.jsonl").exists()
+                      and (logs / f"{s.slot.name}.sent.jsonl").stat().st_size for s in pubs):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise ExperimentError(f"the publishers did not start sending within {timeout:g} s")
+            time.sleep(0.05)  # poll interval of a deadline loop
 
     def _curve(self) -> list[str]:
         return ["--curve", str(Path(self.config.curve).resolve())] if self.config.curve else []

@@ -24,10 +24,12 @@ from dht.transport import RpcServer
 from pubsub.delivery import Subscription
 from pubsub.directory import PUB, PublisherEntry
 from pubsub.envelope import Envelope, EnvelopeError
-from pubsub.io_loop import SERVICE_SCHEMAS, IoLoop
+from pubsub.io_loop import IoLoop
 from pubsub.publication import Publication
 from pubsub.publishing import PublishingSide
-from pubsub.registrar import Registrar, Registration
+from pubsub.registrar import Registrar
+from pubsub.registration import Registration
+from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import STRANGER_LIMIT, TopicState
 
 SIZES = [pytest.param(300, id="300"), pytest.param(10_000, id="10k", marks=pytest.mark.slow)]
@@ -176,7 +178,7 @@ def test_the_client_service_handler_changes_nothing(examples, parts):
     before = [e.encode() for e in pub.history.range(1, None, limit=100)]
 
     def check(frames: list[bytes]) -> None:
-        replied_error(parts.io.service.handle_frames(frames))
+        replied_error(parts.io.service.server.handle_frames(frames))
         assert [e.encode() for e in pub.history.range(1, None, limit=100)] == before
 
     fuzz(examples, frame_lists(SERVICE_SCHEMAS), check)

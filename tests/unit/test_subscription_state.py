@@ -11,7 +11,7 @@ import pytest
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import Envelope
 from pubsub.publication import Publication
-from pubsub.registrar import OwnerArcs
+from pubsub.registration import OwnerArcs
 from pubsub.stats import LatencyHistogram, SeqWindow
 from pubsub.subscription import TopicState
 

@@ -1,0 +1,74 @@
+"""What a client registers in the ring, and where: one Registration per (topic, field), and the
+arcs of owner nodes learned from their replies. Plain data, used by the registrar's thread only.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgpack
+
+from dht.ids import in_half_open
+from pubsub.directory import PublisherEntry
+
+
+@dataclass
+class Registration:
+    topic: str
+    name: str  # "pub/<client id>" or "sub/<mode>/<client id>"
+    value: bytes
+    watch: bool  # a subscription: read the publishers, and listen for their changes
+    relay_service: str | None = None  # "relay_in" (a relay publication) or "relay_out" (subscription)
+    on_placed: Callable[[Registration], None] | None = None  # once, when first placed
+    on_publishers: Callable[[Registration], None] | None = None  # whenever the publishers change
+    on_relay: Callable[[Registration], None] | None = None  # whenever the owner's relay changes
+    count: str | None = None  # when placed, also count the record's fields with this prefix
+    counted: int = 0
+    owner: str | None = None
+    placed: bool = False
+    need_read: bool = False
+    epoch: int | None = None
+    publishers: dict[str, PublisherEntry] = field(default_factory=dict)
+    relay: str | None = None
+    events: str | None = None  # the events endpoint we listen to for this record
+    retry_at: float = 0.0
+    read_at: float = 0.0
+    missed: int = 0  # consecutive renewals the owner did not answer
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.topic, self.name
+
+
+class OwnerArcs:
+    """Which node owns which arc (pred, node], as `records` replies said: lookups only for the rest."""
+
+    def __init__(self) -> None:
+        self._arcs: dict[str, tuple[int, int]] = {}
+        self._sorted: list[tuple[int, int, str]] = []  # (node id, pred id, endpoint), by node id
+
+    def learn(self, endpoint: str, arc: tuple[int | None, int]) -> None:
+        lo, hi = arc
+        if lo is None or lo == hi:
+            self.forget(endpoint)  # no predecessor known (or alone): nothing safe to cache
+            return
+        if self._arcs.get(endpoint) != (lo, hi):
+            self._arcs[endpoint] = (lo, hi)
+            self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
+
+    def forget(self, endpoint: str) -> None:
+        if self._arcs.pop(endpoint, None) is not None:
+            self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
+
+    def owner(self, k: int) -> str | None:
+        if not self._sorted:
+            return None
+        i = bisect.bisect_left(self._sorted, (k, -1, ""))
+        hi, lo, endpoint = self._sorted[i % len(self._sorted)]
+        return endpoint if in_half_open(k, lo, hi) else None
+
+
+def subscriber_value(mode: str) -> bytes:
+    return msgpack.packb({"mode": mode}, use_bin_type=True)
