@@ -23,7 +23,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -35,6 +34,7 @@ from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
 from pubsub.envelope import Envelope, EnvelopeError, topic_filter
+from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
@@ -63,8 +63,8 @@ class IoLoop:
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
         self.handles: dict[str, Subscription] = {}
-        self._refs: dict[str, Counter[str]] = {"direct": Counter(), "relay": Counter()}
-        self._relay_of: dict[str, str] = {}  # relay-mode topic -> the relay its SUB is connected to
+        self.direct = Connections(lambda: self.subs.get("direct"))  # to each matched publisher's PUB
+        self.relays = Pointers(Connections(lambda: self.subs.get("relay")))  # topic -> its owner's relay
         self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
@@ -304,7 +304,7 @@ class IoLoop:
             self._later(LEASE_HEARTBEATS * self.heartbeat, lambda st=st: self._forget(ts, st))
         if ts.mode == "direct":
             for st in new:
-                self._ref("direct", st.entry.endpoint)
+                self.direct.ref(st.entry.endpoint)
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
@@ -313,7 +313,7 @@ class IoLoop:
         if self.topics.get(ts.topic) is ts and ts.departed.get(st.id) is st:
             ts.forget(st.id)
             if ts.mode == "direct":
-                self._unref("direct", st.entry.endpoint)
+                self.direct.unref(st.entry.endpoint)
 
     def set_relay(self, topic: str, endpoint: str | None) -> None:
         """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
@@ -321,32 +321,7 @@ class IoLoop:
         ts = self.topics.get(topic)
         if endpoint is not None and (ts is None or ts.mode != "relay"):
             return
-        old = self._relay_of.pop(topic, None)
-        if old == endpoint:
-            if old is not None:
-                self._relay_of[topic] = old
-            return
-        if old is not None:
-            self._unref("relay", old)
-        if endpoint is not None:
-            self._ref("relay", endpoint)
-            self._relay_of[topic] = endpoint
-
-    def _ref(self, mode: str, endpoint: str) -> None:
-        refs = self._refs[mode]
-        if refs[endpoint] == 0:
-            self.subs[mode].connect(wire.zmq_address(endpoint))
-        refs[endpoint] += 1
-
-    def _unref(self, mode: str, endpoint: str) -> None:
-        refs = self._refs[mode]
-        refs[endpoint] -= 1
-        if refs[endpoint] <= 0:
-            del refs[endpoint]
-            try:
-                self.subs[mode].disconnect(wire.zmq_address(endpoint))
-            except zmq.ZMQError:
-                pass
+        self.relays.point(topic, endpoint)
 
     def detach(self, topic: str) -> None:
         """Stop receiving `topic`: nothing of it is delivered after this."""
@@ -357,7 +332,7 @@ class IoLoop:
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):
-                self._unref("direct", st.entry.endpoint)
+                self.direct.unref(st.entry.endpoint)
         else:
             self.set_relay(topic, None)
         self.confirmations.cancel(topic)

@@ -27,6 +27,7 @@ import zmq
 from dht import wire
 from dht.transport import SocketSetup
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
+from pubsub.links import Connections, Pointers
 from pubsub.publication import Publication
 
 SNDHWM = 10_000  # per subscriber: with the subscriber's own 10_000, a slow one is at most ~20_000
@@ -47,8 +48,7 @@ class PublishingSide:
         self.direct: zmq.Socket | None = None
         self.endpoint: str | None = None  # where `direct` listens
         self.relay: zmq.Socket | None = None
-        self._relay_refs: Counter[str] = Counter()  # relay endpoint -> relay-mode topics using it
-        self._relay_of: dict[str, str] = {}  # topic -> the relay it is connected to
+        self._relays = Pointers(Connections(lambda: self.relay))  # relay-mode topic -> its owner's relay
         self._probe_token = 0
         self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
         self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
@@ -140,21 +140,7 @@ class PublishingSide:
     def follow_relay(self, topic: str, endpoint: str | None) -> None:
         """Connect the relay socket to `endpoint`, the relay of `topic`'s owner (None: leave it)."""
         with self.lock:
-            old = self._relay_of.pop(topic, None)
-            if old == endpoint:
-                if old is not None:
-                    self._relay_of[topic] = old
-                return
-            if old is not None:
-                self._relay_refs[old] -= 1
-                if self._relay_refs[old] <= 0:
-                    del self._relay_refs[old]
-                    _disconnect(self.relay, old)
-            if endpoint is not None and self.relay is not None:
-                if self._relay_refs[endpoint] == 0:
-                    self.relay.connect(wire.zmq_address(endpoint))
-                self._relay_refs[endpoint] += 1
-                self._relay_of[topic] = endpoint
+            self._relays.point(topic, endpoint)
 
     def remove(self, topic: str) -> Publication | None:
         self.follow_relay(topic, None)
@@ -167,12 +153,3 @@ class PublishingSide:
                 if sock is not None:
                     sock.close()
             self.direct = self.relay = None
-
-
-def _disconnect(sock: zmq.Socket | None, endpoint: str) -> None:
-    if sock is None:
-        return
-    try:
-        sock.disconnect(wire.zmq_address(endpoint))
-    except zmq.ZMQError:
-        pass  # already gone

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 
 import msgpack
@@ -32,6 +31,7 @@ from dht.ids import key_id
 from dht.records import MISSING, NOT_OWNER, events_topic
 from dht.transport import SocketSetup
 from pubsub.directory import LEASE_HEARTBEATS, PUB, publishers_from_fields
+from pubsub.links import Connections
 from pubsub.mailbox import Mailbox
 from pubsub.registration import OwnerArcs, Registration
 
@@ -55,7 +55,7 @@ class Registrar:
         self.regs: dict[tuple[str, str], Registration] = {}
         self.watching: dict[str, Registration] = {}  # topic -> its subscription
         self.arcs = OwnerArcs()
-        self._events_refs: Counter[str] = Counter()
+        self._events = Connections(lambda: self.events)  # owners' events sockets, by our records there
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
         self.renewals = 0  # requests sent for renewals (one per owner per heartbeat)
@@ -290,9 +290,7 @@ class Registrar:
             if events != reg.events:
                 self._leave_owner(reg)
                 if events is not None:
-                    if self._events_refs[events] == 0:
-                        self.events.connect(wire.zmq_address(events))
-                    self._events_refs[events] += 1
+                    self._events.ref(events)
                     reg.events = events
                 reg.epoch = None  # another owner keeps another clock
         if reg.relay_service is not None:
@@ -306,13 +304,7 @@ class Registrar:
 
     def _leave_owner(self, reg: Registration) -> None:
         if reg.events is not None:
-            self._events_refs[reg.events] -= 1
-            if self._events_refs[reg.events] <= 0:
-                del self._events_refs[reg.events]
-                try:
-                    self.events.disconnect(wire.zmq_address(reg.events))
-                except zmq.ZMQError:
-                    pass
+            self._events.unref(reg.events)
             reg.events = None
 
     # -- publishers ------------------------------------------------------------------------------------
