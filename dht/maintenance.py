@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from dht import wire
 from dht.client import iterative_lookup, unreachable
 from dht.ids import in_half_open, in_open
-from dht.records import Change
+from dht.records import Change, namespace
 from dht.routing import Peer
 from dht.store import EntryTuple, entry_key_id, split_field_key
 from dht.transport import Reply, RpcClient
@@ -359,9 +359,10 @@ class Maintainer:
         with node.lock:
             gone = node.records.expired(now, self.routing.owns_strictly)
             for composite in gone:
-                version = node.write_field(composite, None)
                 key, name = split_field_key(composite)
-                node.changes.put(Change(key, name, None, version))
+                prev = node.records.epoch(key, namespace(name))
+                version = node.write_field(composite, None)
+                node.changes.put(Change(key, name, None, version, prev))
         if gone:
             self.replicate(full=False)
 

@@ -22,7 +22,7 @@ from dht.durable import DurableStore
 from dht.ids import check_bits, in_half_open, key_id, node_id
 from dht.maintenance import Maintainer
 from dht.notifier import Notifier
-from dht.records import NOT_OWNER, Change, RecordTable
+from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
 from dht.store import Store, split_field_key
 from dht.transport import Refused, RpcServer, SocketSetup
@@ -236,11 +236,12 @@ class ChordNode:
             applied = self.records.apply(item, now)
             if applied.write is not None:
                 composite, raw = applied.write
+                key, name = split_field_key(composite)
+                prev = self.records.epoch(key, namespace(name))
                 version = self.write_field(composite, raw)
                 wrote = True
                 if applied.news:
-                    key, name = split_field_key(composite)
-                    self.changes.put(Change(key, name, None if raw is None else item.get("val"), version))
+                    self.changes.put(Change(key, name, None if raw is None else item.get("val"), version, prev))
             results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))

@@ -15,7 +15,8 @@ What makes an owner cheap:
 - a field's *namespace* is its name up to and including the first "/" ("pub/", "sub/"). Each
   (record, namespace) has an epoch, the newest version written in it (deletions included), so a
   client compares one number per renewal to know whether its view is stale;
-- a change (a field set to a new value, deleted or expired) becomes a `Change`, which the node
+- a change (a field set to a new value, deleted or expired) becomes a `Change` carrying the
+  namespace's epoch before and after it (so a watcher knows whether it missed one), which the node
   publishes on its events socket as one frame, the msgpack array ``[key + "\\0" + namespace, change]``:
   watchers are ZeroMQ subscriptions to exactly the namespaces they care for (`events_topic` is the
   prefix; msgpack writes a string's length first, so it matches one record and namespace only), and a
@@ -79,12 +80,15 @@ class FieldValue:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One field of one record changed: `value` None means it is gone. `epoch` is its namespace's."""
+    """One field of one record changed: `value` None means it is gone. `epoch` is its namespace's
+    after the change, `prev` before it: a watcher holding `prev` may apply the change; one holding
+    anything else has missed a change and reads the record whole."""
 
     key: str
     name: str
     value: bytes | None
     epoch: int
+    prev: int = 0
 
 
 @dataclass
@@ -217,9 +221,11 @@ class RecordTable:
 
 
 def change_message(changes: list[Change]) -> dict[str, Any]:
-    """The body published for changes of one (record, namespace): {"k", "set", "del", "epoch"}."""
+    """The body published for changes of one (record, namespace), in the order they were made:
+    {"k", "set", "del", "epoch": after the last, "prev": before the first}."""
     first = changes[0]
-    body: dict[str, Any] = {"k": first.key, "set": {}, "del": [], "epoch": max(c.epoch for c in changes)}
+    body: dict[str, Any] = {"k": first.key, "set": {}, "del": [], "epoch": max(c.epoch for c in changes),
+                            "prev": first.prev}
     for c in changes:  # in order: the last word on a field wins
         if c.value is None:
             body["set"].pop(c.name, None)

@@ -51,9 +51,9 @@ def main() -> None:
         lock = threading.Lock()
 
         def on_message(msg: Message) -> None:
-            with lock:
+            print(f"alice got {msg.topic} #{msg.seq}: {msg.text} ({msg.latency_ms:.2f} ms)", flush=True)
+            with lock:  # counted once printed, so that the report below is the last line
                 by_callback[msg.topic] += 1
-            print(f"alice got {msg.topic} #{msg.seq}: {msg.text} ({msg.latency_ms:.2f} ms)")
 
         alice.subscribe("news", callback=on_message)
         alice_sports = alice.subscribe("sports", callback=on_message)

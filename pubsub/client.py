@@ -261,8 +261,8 @@ class Client:
             deleted.set()
 
         self.registrar.call(unregister)
-        if threading.current_thread() is not self.registrar.thread:
-            deleted.wait(self.timeout)
+        if threading.current_thread() not in (self.registrar.thread, self.io.thread):
+            deleted.wait(self.timeout)  # (a callback does not hold the loop for it: the delete is on its way)
 
     @property
     def subscriptions(self) -> dict[str, Subscription]:
@@ -275,8 +275,12 @@ class Client:
 
     # -- the end --------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Unregister every topic, stop the threads, close every socket. Idempotent."""
+        """Unregister every topic, stop the threads, close every socket. Idempotent. Called from a
+        callback, it returns at once and the client closes on a thread of its own."""
         if self._closed:
+            return
+        if threading.current_thread() in (self.io.thread, getattr(self._dispatcher, "thread", None)):
+            threading.Thread(target=self.close, name="chordpub-close", daemon=True).start()
             return
         self._closed = True
         for handle in list(self._subscriptions.values()):

@@ -328,7 +328,7 @@ class Registrar:
         know when it is newer than what we read. Anything else is ignored. True when applied."""
         try:
             _prefix, body = msgpack.unpackb(raw, raw=False)
-            topic, epoch = body["k"], body["epoch"]
+            topic, epoch, prev = body["k"], body["epoch"], body.get("prev")
             sets, dels = dict(body.get("set") or {}), list(body.get("del") or [])
         except Exception:  # not an events message of ours
             return False
@@ -337,6 +337,9 @@ class Registrar:
             return False
         if reg.epoch is not None and epoch <= reg.epoch:
             return False  # older than what we read
+        if reg.epoch is None or prev != reg.epoch:
+            reg.need_read = True  # made from a state we never saw: we missed a change, so read it whole
+            return False
         for name in dels:
             if isinstance(name, str) and name.startswith(PUB):
                 reg.publishers.pop(name[len(PUB):], None)

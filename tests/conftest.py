@@ -85,3 +85,36 @@ def jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+
+
+class ClientParts:
+    """A client's io loop and registrar, built (sockets bound) but never started: their handlers are
+    called directly, as the threads would call them."""
+
+    def __init__(self) -> None:
+        import zmq
+
+        from dht.transport import RpcServer
+        from pubsub.io_loop import IoLoop
+        from pubsub.publishing import PublishingSide
+        from pubsub.registrar import Registrar
+        from pubsub.service import SERVICE_SCHEMAS
+
+        self.context = zmq.Context()
+        service = RpcServer("127.0.0.1", 0, lambda _r: {}, context=self.context, schemas=SERVICE_SCHEMAS)
+        self.publishing = PublishingSide(self.context, "127.0.0.1", service.endpoint, None)
+        self.io = IoLoop(service, self.publishing, self.context, None, heartbeat=1.0)
+        self.registrar = Registrar("127.0.0.1:1", self.context, None, heartbeat=1.0)
+
+    def close(self) -> None:
+        self.io.close_unstarted()
+        self.registrar.close_unstarted()
+        self.publishing.close()
+        self.context.destroy(linger=0)
+
+
+@pytest.fixture
+def parts():
+    p = ClientParts()
+    yield p
+    p.close()

@@ -187,3 +187,27 @@ def test_a_closed_client_leaves_no_thread_and_no_socket(ring):
     wait_for(lambda: {t.ident for t in threading.enumerate()} <= before_threads, timeout=10,
              what="the clients' threads gone")
     assert len(list(Path("/proc/self/fd").iterdir())) <= before_fds + 2
+
+
+def test_a_callback_may_unsubscribe_subscribe_and_close(ring):
+    via = ring.nodes[2].endpoint
+    with Client(via) as publisher:
+        subscriber = Client(via)
+        seen: list[str] = []
+        second: list = []
+
+        def on_first(m: Message) -> None:
+            seen.append(m.text)
+            subscriber.unsubscribe("first")  # from the io thread: no waiting on itself
+            second.append(subscriber.subscribe("second", callback=lambda m: (seen.append(m.text),
+                                                                             subscriber.close())))
+
+        subscriber.subscribe("first", callback=on_first)
+        publisher.publish("first", "one")
+        wait_for(lambda: second and second[0].active and "second" in subscriber.io.topics
+                 and subscriber.io.topics["second"].stats is not None, timeout=10, what="the second subscription")
+        publisher.publish("first", "not delivered")
+        publisher.publish("second", "two")  # advertises "second", waiting for our filter
+        wait_for(lambda: subscriber._closed and not subscriber.io.thread.is_alive(), timeout=20,
+                 what="the client closed by its own callback")
+        assert seen == ["one", "two"]

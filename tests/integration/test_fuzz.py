@@ -20,14 +20,10 @@ from hypothesis import strategies as st
 
 from dht import wire
 from dht.node import ChordNode, NodeConfig
-from dht.transport import RpcServer
 from pubsub.delivery import Subscription
 from pubsub.directory import PUB, PublisherEntry
 from pubsub.envelope import Envelope, EnvelopeError
-from pubsub.io_loop import IoLoop
 from pubsub.publication import Publication
-from pubsub.publishing import PublishingSide
-from pubsub.registrar import Registrar
 from pubsub.registration import Registration
 from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import STRANGER_LIMIT, TopicState
@@ -142,33 +138,6 @@ def test_the_node_handler_changes_nothing_when_it_refuses(examples):
         node.server.close()
 
 
-class Parts:
-    """A client's io loop and registrar, built (sockets bound) but never started: their handlers are
-    called directly, as the threads would call them."""
-
-    def __init__(self) -> None:
-        import zmq
-
-        self.context = zmq.Context()
-        service = RpcServer("127.0.0.1", 0, lambda _r: {}, context=self.context, schemas=SERVICE_SCHEMAS)
-        self.publishing = PublishingSide(self.context, "127.0.0.1", service.endpoint, None)
-        self.io = IoLoop(service, self.publishing, self.context, None, heartbeat=1.0)
-        self.registrar = Registrar("127.0.0.1:1", self.context, None, heartbeat=1.0)
-
-    def close(self) -> None:
-        self.io.close_unstarted()
-        self.registrar.close_unstarted()
-        self.publishing.close()
-        self.context.destroy(linger=0)
-
-
-@pytest.fixture
-def parts():
-    p = Parts()
-    yield p
-    p.close()
-
-
 @pytest.mark.parametrize("examples", SIZES)
 def test_the_client_service_handler_changes_nothing(examples, parts):
     pub = Publication("fuzzed", parts.io.id, history_size=10)
@@ -197,13 +166,14 @@ def test_record_changes_of_any_shape_only_ever_add_real_publishers(examples, par
     sets = st.dictionaries(st.sampled_from([PUB + "127.0.0.1:2000", PUB + "x", "sub/x", "other"]) | st.text(max_size=5),
                            entries.map(lambda e: e.to_bytes()) | st.binary(max_size=10) | values, max_size=3)
     bodies = st.fixed_dictionaries({"k": st.sampled_from(["fuzzed", "other"]) | values,
-                                    "epoch": st.integers(0, 2**63) | values},
-                                   optional={"set": sets | values, "del": st.lists(st.text(max_size=20)) | values})
+                                    "epoch": st.integers(0, 20) | st.integers(0, 2**63) | values},
+                                   optional={"set": sets | values, "del": st.lists(st.text(max_size=20)) | values,
+                                             "prev": st.sampled_from([5, 5, 4]) | values})
     raw = (bodies.map(lambda b: _pack(["fuzzed\x00pub/", b])) | st.tuples(values, values).map(lambda t: _pack(list(t)))
            | st.binary(max_size=60) | values.map(_pack))
 
     def check(body: bytes) -> None:
-        reg.epoch = None
+        reg.epoch = 5
         parts.registrar.apply_event(body)
         for pid, entry in reg.publishers.items():
             assert pid == entry.id and isinstance(entry, PublisherEntry)

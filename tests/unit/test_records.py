@@ -84,9 +84,9 @@ def test_store_entries_of_a_record_live_at_the_records_key_and_replicate_increme
 
 
 def test_change_messages_keep_the_last_word_on_each_field():
-    changes = [Change("t", "pub/a", b"1", 5), Change("t", "pub/b", b"2", 6), Change("t", "pub/a", None, 7),
-               Change("t", "pub/b", b"3", 8)]
-    assert change_message(changes) == {"k": "t", "set": {"pub/b": b"3"}, "del": ["pub/a"], "epoch": 8}
+    changes = [Change("t", "pub/a", b"1", 5, 4), Change("t", "pub/b", b"2", 6, 5), Change("t", "pub/a", None, 7, 6),
+               Change("t", "pub/b", b"3", 8, 7)]
+    assert change_message(changes) == {"k": "t", "set": {"pub/b": b"3"}, "del": ["pub/a"], "epoch": 8, "prev": 4}
 
 
 def test_field_values_refuse_what_no_node_wrote():
