@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from chordpub.launcher import LocalRing, stop_processes, wait_for  # noqa: E402
 
 VARIANTS = ("raw", "raw1", "direct", "reliable", "relay")
+CLIENT_VARIANTS = ("direct", "reliable", "relay", "durable")  # durable: benchmarks/durable.py
 TOPIC = "bench"
 SIZE = 100
 WARM, PACED, FLOOD = b"w", b"p", b"f"
@@ -83,8 +84,9 @@ def run_publisher(args: argparse.Namespace) -> None:
 
         mode = "relay" if args.variant == "relay" else "direct"
         history = args.messages + args.paced + 100_000 if args.variant == "reliable" else 0
-        client = Client(args.via, heartbeat=1.0)
-        client.advertise(TOPIC, history=history, mode=mode, reliable=args.variant == "reliable")
+        durable = args.variant == "durable"  # every message journaled before it is sent; acks retain
+        client = Client(args.via, heartbeat=1.0, data_dir=Path(args.out + ".pub") if durable else None)
+        client.advertise(TOPIC, history=history, mode=mode, reliable=args.variant in ("reliable", "durable"))
         publish = client.publish
 
         def send(phase: bytes, i: int) -> None:
@@ -152,8 +154,10 @@ def run_subscriber(args: argparse.Namespace) -> None:
             on_message(m.payload[:1], m.recv_ns, m.sent_ns)
 
         mode = "relay" if args.variant == "relay" else "direct"
-        with Client(args.via, heartbeat=1.0) as client:
-            client.subscribe(TOPIC, reliable=args.variant == "reliable", mode=mode, callback=on_delivery)
+        durable = args.variant == "durable"  # positions committed after every batch of callbacks
+        with Client(args.via, heartbeat=1.0, data_dir=Path(args.out + ".sub") if durable else None) as client:
+            client.subscribe(TOPIC, reliable=args.variant == "reliable", mode=mode, callback=on_delivery,
+                             durable="bench" if durable else None)
             while not finished():
                 time.sleep(0.05)  # the benchmark's own stop check; deliveries run on the client's threads
     seconds = (flood[-1] - flood[0]) / 1e9 if len(flood) > 1 else float("nan")
@@ -186,8 +190,8 @@ def measure(variant: str, via: str, tmp: Path, args: argparse.Namespace, n: int)
         stop_processes(procs, grace=3)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(doc: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=50_000, help="flood phase size")
     ap.add_argument("--paced", type=int, default=2000, help="paced (latency) phase size, at 2000/s")
     ap.add_argument("--repeat", type=int, default=3)
@@ -196,16 +200,17 @@ def main() -> None:
     ap.add_argument("--child", choices=("pub", "sub"), help=argparse.SUPPRESS)
     for hidden in ("--variant", "--via", "--ready", "--done", "--port-file", "--out"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        (run_publisher if args.child == "pub" else run_subscriber)(args)
-        return
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    return ap.parse_args()
+
+
+def collect(args: argparse.Namespace, variants: tuple[str, ...]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """Every variant measured `args.repeat` times, interleaved; the runs and their medians."""
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp, LocalRing(Path(tmp), options={"stabilize": 0.5}) as ring:
         ring.start(args.nodes, timeout=120)
         ring.wait_consistent(timeout=120)
         for n in range(args.repeat):
-            for variant in VARIANTS:
+            for variant in variants:
                 via = ring.nodes[n % len(ring.nodes)].endpoint
                 r = measure(variant, via, Path(tmp), args, n)
                 runs[variant].append(r)
@@ -215,6 +220,15 @@ def main() -> None:
                           f"{r['paced_received']}/{args.paced}", flush=True)
     med = {v: {k: float(np.median([r[k] for r in rs])) for k in ("throughput", "p50_ms", "p99_ms")}
            for v, rs in runs.items()}
+    return runs, med
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    if args.child:
+        (run_publisher if args.child == "pub" else run_subscriber)(args)
+        return
+    runs, med = collect(args, VARIANTS)
     raw, raw1 = med["raw"], med["raw1"]
     for v in VARIANTS:
         med[v]["throughput_ratio"] = med[v]["throughput"] / raw["throughput"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub import cli_analyze, cli_keys, cli_mininet, cli_node, cli_pubsub, cli_sim, cli_sim_paper, cli_topo
+from chordpub import cli_analyze, cli_dlq, cli_keys, cli_mininet, cli_node, cli_pubsub, cli_sim, cli_sim_paper, cli_topo
 from chordpub.cli_common import CURVE_HELP, clean_errors
 from dht.ids import key_id
 
@@ -22,6 +22,7 @@ app.add_typer(cli_node.ring_app, name="ring")
 app.command("pub")(cli_pubsub.pub)
 app.command("sub")(cli_pubsub.sub)
 app.add_typer(cli_pubsub.topic_app, name="topic")
+app.add_typer(cli_dlq.dlq_app, name="dlq")
 cli_sim.sim_app.command("paper")(cli_sim_paper.paper_cmd)
 app.add_typer(cli_sim.sim_app, name="sim")
 app.add_typer(cli_topo.topo_app, name="topo")

@@ -90,6 +90,17 @@ def pub(
     host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and service sockets on."),
     trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: topic, publisher, seq, sent_ns)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    data_dir: Path = typer.Option(None, help="Keep every message here before it is sent, with the sequence "
+                                  "numbering: restarted with the same directory, the publisher continues "
+                                  "the sequence and repairs what it sent before."),
+    name: str = typer.Option(None, help="This publisher's id on its topics (default: the one its --data-dir "
+                             "holds, else its service endpoint)."),
+    retain_messages: int = typer.Option(None, min=1, help="Keep at most this many messages that durable "
+                                        "subscribers have not acknowledged (default 100000)."),
+    retain_seconds: float = typer.Option(None, min=0.001, help="... for at most this many seconds (default 3600)."),
+    retain_bytes: int = typer.Option(None, min=1, help="... and at most this many payload bytes (default 64 MiB)."),
+    archive: bool = typer.Option(False, "--archive", help="The topic's owner node keeps a copy of the retained "
+                                 "messages, replicated like every key: history and repair outlive this publisher."),
 ) -> None:
     """Publish on each TOPIC: the --message texts, the lines of --stdin, or COUNT synthetic messages of
     SIZE bytes at RATE per second."""
@@ -111,10 +122,13 @@ def pub(
     period = 1.0 / rate if rate else (0.1 if rate is None and not (message or stdin) else 0.0)
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
-    with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher") as client:
+    with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
+                data_dir=data_dir) as client:
         try:
             for t in topic:
-                client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode)
+                client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
+                                 retain_messages=retain_messages, retain_seconds=retain_seconds,
+                                 retain_bytes=retain_bytes, archive=archive)
             t0 = time.monotonic()
             for i, payload in enumerate(payloads):
                 for t in topic:
@@ -139,7 +153,7 @@ def _printer(fmt: str, several: bool):  # noqa: ANN202 - (Message) -> None
     def show(m) -> None:  # noqa: ANN001 - a chordpub.Message
         if fmt == "json":
             row = {"topic": m.topic, "publisher": m.publisher, "seq": m.seq, "latency_ms": round(m.latency_ms, 3),
-                   "recovered": m.recovered}
+                   "recovered": m.recovered, "redelivered": m.redelivered}
             try:
                 row["payload"] = m.payload.decode("utf-8")
             except UnicodeDecodeError:
@@ -174,6 +188,11 @@ def sub(
                             "base64 with \"base64\": true when not UTF-8)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    durable: str = typer.Option(None, help="A durable subscription of this name (reliable): its position per "
+                                "publisher is committed to --data-dir after each message is handled, and a "
+                                "restart with the same name and directory resumes after it."),
+    data_dir: Path = typer.Option(None, help="Where a durable subscription keeps its positions and dead "
+                                  "letters (`chordpub dlq show DIR`); one subscriber name per directory."),
 ) -> None:
     """Receive every TOPIC from all of its publishers; print a summary per topic at the end."""
     from chordpub import Client
@@ -181,6 +200,8 @@ def sub(
     endpoint_arg(via)
     _check_mode(mode)
     check_source(source)
+    if (durable is None) != (data_dir is None):
+        fail("--durable and --data-dir go together")
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if count is None and seconds is None and as_json:
@@ -214,9 +235,9 @@ def sub(
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
         with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="subscriber", trace=trace, trace_run=run,
-                    trace_source=source, on_dead_letter=on_dead_letter) as client:
-            subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message)
-                    for t in topic]
+                    trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir) as client:
+            subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
+                                     durable=durable) for t in topic]
             while not (stop.is_set() or enough.is_set()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -245,7 +266,8 @@ def _totals(summaries: list[dict], subs: list) -> dict:
     for s in subs:
         latency.merge(s.stats.latency)
     p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
-    total = {k: sum(s[k] for s in summaries) for k in ("received", "duplicates", "gaps", "recovered", "dropped")}
+    total = {k: sum(s[k] for s in summaries)
+             for k in ("received", "duplicates", "gaps", "recovered", "dropped", "redelivered")}
     total["publishers"] = len(set().union(*(s.stats.publishers for s in subs)))
     total["latency_ms"] = {"p50": None if p50 is None else round(p50, 3), "p99": None if p99 is None else round(p99, 3)}
     total["topics"] = summaries
@@ -259,7 +281,9 @@ def _human_summary(o: dict) -> str:
             f"latency p50 {lat['p50']} ms p99 {lat['p99']} ms")
         return (f"{s['topic']}: received {s['received']} from {s['publishers']} publishers "
                 f"({s['recovered']} recovered), {s['duplicates']} duplicates, {s['gaps']} lost"
-                + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "") + f"; {latency}")
+                + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "")
+                + (f", {s['redelivered']} redelivered after a restart" if s.get("redelivered") else "")
+                + f"; {latency}")
 
     return "\n".join(line(s) for s in o["topics"])
 
@@ -279,8 +303,12 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
     def human(o: dict) -> str:
         lines = [f"topic {o['topic']} (id {o['key_id']}) owned by {o['owner']['endpoint']}",
                  f"{len(o['publishers'])} publishers, {o['subscribers']} subscribers"]
-        lines += [f"  {p['id']}  strength {'none' if p['strength'] is None else p['strength']}  history {p['history']}"
-                  for p in o["publishers"]]
+        for p in o["publishers"]:
+            retain = p.get("retain") or {}
+            lines.append(f"  {p['id']}  strength {'none' if p['strength'] is None else p['strength']}  "
+                         f"history {p['history']}  retain {retain.get('messages')} messages / "
+                         f"{retain.get('seconds')} s / {retain.get('bytes')} bytes"
+                         + ("  archived by the owner" if p.get("archive") else ""))
         return "\n".join(lines)
 
     emit(info, as_json, human)

@@ -184,8 +184,8 @@ class RecordTable:
         return out
 
     def answer(self, item: dict[str, Any], reply: dict) -> dict:
-        """Add what the item asks to read ("read": prefix, "epoch": namespace, "count": prefix), after
-        its write was applied."""
+        """Add what the item asks to read ("read": prefix -> fields, "epoch": namespace, "count": prefix,
+        "names": prefix -> the field names only), after its write was applied."""
         key = item["k"]
         if "read" in item:
             reply["fields"] = self.view(key, item["read"])
@@ -194,6 +194,8 @@ class RecordTable:
             reply["epoch"] = self.epoch(key, item["epoch"])
         if "count" in item:
             reply["count"] = self.count(key, item["count"])
+        if "names" in item:
+            reply["names"] = sorted(n for n in self.fields.get(key, {}) if n.startswith(item["names"]))
         return reply
 
     def expired(self, now: float, owns) -> list[str]:  # noqa: ANN001 - owns(key_id) -> bool

@@ -119,7 +119,7 @@ RECORD_OPS = ("set", "renew", "del")
 def _record_items(value: Any, what: str) -> list[dict]:
     """The items of a `records` request (dht/records.py): each names a record "k" and may write one
     field "f" ("op": set with "val" and "ttl", renew with an optional "ttl", del) and read ("read":
-    prefix -> fields and epoch, "epoch": namespace, "count": prefix)."""
+    prefix -> fields and epoch, "epoch": namespace, "count": prefix, "names": prefix -> names)."""
     if not isinstance(value, list) or not 0 < len(value) <= MAX_ITEMS:
         raise WireError(f"{what} must be a list of 1..{MAX_ITEMS} items")
     out = []
@@ -127,7 +127,7 @@ def _record_items(value: Any, what: str) -> list[dict]:
         where = f"{what}[{i}]"
         if not isinstance(item, dict):
             raise WireError(f"{where} must be a map")
-        unknown = set(item) - {"k", "f", "op", "val", "ttl", "read", "epoch", "count"}
+        unknown = set(item) - {"k", "f", "op", "val", "ttl", "read", "epoch", "count", "names"}
         if unknown:
             raise WireError(f"{where}: unknown fields {sorted(map(str, unknown))}")
         clean: dict[str, Any] = {"k": _key(item.get("k"), f"{where}.k")}
@@ -143,7 +143,7 @@ def _record_items(value: Any, what: str) -> list[dict]:
                 clean["ttl"] = _ttl(item.get("ttl"), f"{where}.ttl")
             elif op == "renew" and "ttl" in item:
                 clean["ttl"] = _ttl(item["ttl"], f"{where}.ttl")
-        for name in ("read", "epoch", "count"):
+        for name in ("read", "epoch", "count", "names"):
             if name in item:
                 clean[name] = _str(MAX_FIELD_CHARS)(item[name], f"{where}.{name}")
         out.append(clean)

@@ -36,8 +36,11 @@ from dht.client import DhtError
 from dht.transport import RpcServer
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import PUB, SUB, subscriber_field
+from pubsub.durable import DataDir, check_name
+from pubsub.history import RetentionBounds
 from pubsub.io_loop import IoLoop
 from pubsub.message import DeadLetter, Message
+from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
 from pubsub.publishing import PublishingSide, check_topic
 from pubsub.registrar import Registrar
@@ -63,17 +66,26 @@ class Client:
     client's io thread (keep them short: while one runs, nothing else of this client is delivered or
     served), or on a thread of their own with `callback_thread=True`; `context` lets
     several clients in one process share a ZeroMQ context (and its I/O thread) instead of having one
-    each; the client then closes its own sockets but leaves the context to its owner.
+    each; the client then closes its own sockets but leaves the context to its owner; `name` is the
+    client's id on every topic (default: its service endpoint; unique among live clients);
+    `data_dir` keeps what must outlive the process (pubsub/durable.py): its name, the sequence
+    numbers and retained messages of what it publishes (written before they are sent), its durable
+    subscriptions' positions, and its dead-letter queue. A data directory belongs to one client: a
+    different `name` is refused.
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
                  curve: str | Path | None = None, role: str = "client", timeout: float = 10.0,
                  trace: str | Path | None = None, trace_run: str = "live", trace_source: str = "live",
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
-                 callback_thread: bool = False, context: zmq.Context | None = None) -> None:
+                 callback_thread: bool = False, context: zmq.Context | None = None,
+                 name: str | None = None, data_dir: str | Path | None = None) -> None:
         wire.parse_endpoint(via)
         if not 0.01 <= heartbeat <= 3600:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
+        if name is not None:
+            check_name(name)
+        self.data = DataDir(data_dir, name) if data_dir is not None else None
         self.via, self.host, self.heartbeat, self.timeout = via, host, heartbeat, timeout
         self._on_dead_letter = on_dead_letter
         self._own_context = context is None
@@ -88,8 +100,9 @@ class Client:
         try:
             setup = self._curve_setup(curve, role)
             service = RpcServer(host, 0, lambda _r: {}, setup=setup, context=self.context, schemas=SERVICE_SCHEMAS)
-            self.id = service.endpoint
-            self.publishing = PublishingSide(self.context, host, self.id, setup)
+            self.id = self.data.name if self.data is not None else (name or service.endpoint)
+            self.service_endpoint = service.endpoint  # history, repair, probes and acks are asked here
+            self.publishing = PublishingSide(self.context, host, self.id, setup, self.data)
             if trace is not None:
                 from traces.writer import JsonlWriter
 
@@ -97,7 +110,7 @@ class Client:
                 self._trace_run, self._trace_source = trace_run, trace_source
             self.io = IoLoop(service, self.publishing, self.context, setup, heartbeat,
                              on_reread=self._reread, on_dead_letter=self._dead_letter,
-                             on_delivered=self._traced if self._trace is not None else None)
+                             on_delivered=self._traced if self._trace is not None else None, client_id=self.id)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
             self._contact(timeout)
         except BaseException:
@@ -125,25 +138,34 @@ class Client:
 
     # -- publishing --------------------------------------------------------------------------------------
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
-                  mode: str = "direct", timeout: float | None = None) -> None:
+                  mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
+                  retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
         """Register as a publisher of `topic` with its owner (optional: the first `publish` on a topic
         advertises it with the defaults). `history`: messages kept for late joiners and repair (1000
         when `reliable` and not given); `strength`: the topic becomes exclusive and subscribers take
         only the strongest publisher; `mode`: direct (subscribers connect to us) or relay (through the
-        topic owner's relay). Returns once the owner holds the registration."""
+        topic owner's relay). Messages that durable subscribers have not acknowledged are retained
+        beyond the history, within `retain_messages` (default 100000), `retain_seconds` (3600) and
+        `retain_bytes` (64 MiB). Returns once the owner holds the registration."""
         self._check_open()
         check_topic(topic)
-        pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode))
+        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
+        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
+                                 defaults.seconds if retain_seconds is None else retain_seconds,
+                                 defaults.bytes if retain_bytes is None else retain_bytes)
+        pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
         with self._lock:
             held = self.publishing.publications.get(topic)
             if held is not None:
-                if (held.history_size, held.strength, held.mode) != (pub.history_size, pub.strength, pub.mode):
+                if ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
+                        != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
                     raise ValueError(f"{topic!r} is already advertised with other terms "
                                      f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
                 return
             self.publishing.add(pub)
         placed: Future = Future()
-        reg = Registration(topic, PUB + self.id, pub.entry(self.publishing.endpoint, self.id).to_bytes(), watch=False,
+        entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
+        reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
                            relay_service="relay_in" if mode == "relay" else None,
                            on_placed=lambda r: placed.set_result(r.counted),
                            on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
@@ -185,7 +207,8 @@ class Client:
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
                   callback: Callable[[Message], None] | None = None, timeout: float | None = None,
-                  pending_limit: int = PENDING_LIMIT) -> Subscription:
+                  pending_limit: int = PENDING_LIMIT, durable: str | None = None,
+                  auto_commit: bool = True) -> Subscription:
         """Follow `topic` from every publisher. Returns once each publisher known now has our
         subscription in place, so nothing published after this returns is missed; a publisher that
         appears later is connected as soon as the topic's owner tells us of it.
@@ -195,19 +218,34 @@ class Client:
         no duplicates, gaps repaired from its history, what it no longer holds dead-lettered;
         `callback(message)`: run for each message on the client's io thread, in order (or on its
         callback thread, with `callback_thread=True`); without one, use `get()` or iterate;
-        `pending_limit`: messages waiting for the application at most. Called from a callback, it
-        returns at once (the io thread cannot wait on itself) and the subscription is in place soon."""
+        `pending_limit`: messages waiting for the application at most; `durable`: a name under which
+        the client's data directory keeps, per publisher, the position the application committed
+        (implies `reliable`): a client restarted with the same data directory and name resumes
+        after it, and publishers retain what it has not acknowledged (pubsub/positions.py says
+        exactly when positions are committed; `auto_commit=False` leaves it to `Message.commit()`).
+        Called from a callback, it returns at once (the io thread cannot wait on itself) and the
+        subscription is in place soon."""
         self._check_open()
         check_topic(topic)
         check_mode(mode)
-        state = TopicState(topic, self.id, history, reliable, mode)
+        positions = None
+        if durable is not None:
+            if self.data is None:
+                raise ValueError("a durable subscription needs a client with a data_dir")
+            reliable = True
+        with self._lock:
+            if topic in self._subscriptions:
+                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
+        if durable is not None:
+            positions = Positions(self.data, durable, topic, auto_commit)  # type: ignore[arg-type]
+        state = TopicState(topic, self.id, history, reliable, mode, positions.start if positions else None)
         with self._lock:
             if topic in self._subscriptions:
                 raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
             if callback is not None and self._callback_thread and self._dispatcher is None:
                 self._dispatcher = Dispatcher(self.id)
             handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher, pending_limit,
-                                  wake=self.io.wake)
+                                  wake=self.io.wake, positions=positions, on_dead_letter=self._dead_letter)
             self._subscriptions[topic] = handle
         wait = self.timeout if timeout is None else timeout
         ready: Future = Future()
@@ -317,6 +355,8 @@ class Client:
             stop_authenticator(self.context)
         if self._own_context:
             self.context.destroy(linger=0)
+        if self.data is not None:
+            self.data.close()
 
     def __enter__(self) -> Client:
         return self
@@ -333,6 +373,8 @@ class Client:
         self.registrar.call(lambda: self.registrar.reread(topic))
 
     def _dead_letter(self, letter: DeadLetter) -> None:
+        if self.data is not None:
+            self.data.dead_letter(letter)
         if self._on_dead_letter is not None:
             self._on_dead_letter(letter)
 

@@ -25,9 +25,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pubsub.message import Message
+from pubsub.message import DeadLetter, Message
 
 if TYPE_CHECKING:
+    from pubsub.positions import Positions
     from pubsub.subscription import Stats, TopicState
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,13 @@ class Subscription:
 
     def __init__(self, topic: str, state: TopicState, unsubscribe: Callable[[str], None],
                  callback: Callable[[Message], None] | None = None, dispatcher: Dispatcher | None = None,
-                 pending_limit: int = PENDING_LIMIT, wake: Callable[[], None] | None = None) -> None:
+                 pending_limit: int = PENDING_LIMIT, wake: Callable[[], None] | None = None,
+                 positions: Positions | None = None,
+                 on_dead_letter: Callable[[DeadLetter], None] | None = None) -> None:
         self.topic = topic
+        self.positions = positions  # a durable subscription's
+        self._on_dead_letter = on_dead_letter
+        self._taken: Message | None = None  # the last message get() returned (committed on the next)
         self.callback = callback
         self.pending_limit = pending_limit
         self._state = state
@@ -62,6 +68,7 @@ class Subscription:
         or the subscription has ended. Not for a subscription with a callback."""
         if self.callback is not None:
             raise RuntimeError(f"the subscription to {self.topic!r} has a callback; get() would never see a message")
+        self._commit_taken()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._ready:
             while not self._queue and not self._closed:
@@ -72,6 +79,7 @@ class Subscription:
             if not self._queue:
                 return None
             msg = self._queue.popleft()
+            self._taken = msg
             self.pending -= 1
             resume = self.was_full and self.pending < self.pending_limit // 2
         if resume:
@@ -87,6 +95,11 @@ class Subscription:
             if msg is None:
                 return
             yield msg
+
+    def _commit_taken(self) -> None:
+        taken, self._taken = self._taken, None
+        if taken is not None and self.positions is not None and self.positions.auto_commit:
+            self.positions.commit(taken)
 
     def unsubscribe(self) -> None:
         """Stop: nothing more of this topic is delivered once this returns, and the topic's owner drops
@@ -134,6 +147,8 @@ class Subscription:
                             self.topic, self._state.stats.dropped)
         if not messages:
             return
+        if self.positions is not None:
+            self.positions.hand(messages)
         self.pending += len(messages)
         if self.pending >= self.pending_limit:
             self.was_full = True
@@ -143,13 +158,32 @@ class Subscription:
                 return
             self.pending -= len(messages)
             run_callbacks(self, messages)
+            self.called_back(messages)
             return
         with self._ready:
             self._queue.extend(messages)
             self._ready.notify()
 
-    def done(self, n: int) -> None:
-        """The dispatcher ran `n` callbacks."""
+    def called_back(self, messages: list[Message]) -> None:
+        """The callback returned for each of `messages` (raised or not: one that raised is in the
+        dead-letter queue): a durable subscription commits them."""
+        if self.positions is not None and self.positions.auto_commit and self.active:
+            self.positions.commit(*messages)
+
+    def failed(self, msg: Message, exc: Exception) -> None:
+        """The callback raised on `msg`: the application's bug, logged; the message goes to the
+        dead-letter queue with its payload, and the next message is still delivered."""
+        log.error("callback of %s failed on seq %d of %s: %s: %s", self.topic, msg.seq, msg.publisher,
+                  type(exc).__name__, exc, exc_info=exc)
+        if self._on_dead_letter is not None:
+            self._on_dead_letter(DeadLetter(msg.topic, msg.publisher, self._state.subscriber, msg.seq, msg.seq,
+                                            f"callback raised {type(exc).__name__}: {exc}"[:500], time.time(),
+                                            msg.payload, msg.sent_ns))
+
+    def done(self, messages: list[Message]) -> None:
+        """The dispatcher ran the callbacks of `messages`."""
+        self.called_back(messages)
+        n = len(messages)
         self.pending -= n
         if self.was_full and self.pending < self.pending_limit // 2:
             self.was_full = False
@@ -157,7 +191,9 @@ class Subscription:
                 self._wake_io()
 
     def close(self) -> None:
-        """No more deliveries (io loop, on unsubscribe or close); a waiting get() returns None."""
+        """No more deliveries (io loop, on unsubscribe or close); a waiting get() returns None. The
+        last message get() returned is committed: the application took it and is done."""
+        self._commit_taken()
         with self._ready:
             self._closed = True
             self._queue.clear()
@@ -166,17 +202,17 @@ class Subscription:
 
 
 def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
-    """Run `sub`'s callback on each message in order; an exception is the application's bug: logged,
-    and the next message still delivered. Returns how many raised."""
+    """Run `sub`'s callback on each message in order (one that raises: `Subscription.failed`).
+    Returns how many raised."""
     errors = 0
     for msg in messages:
         if not sub.active:
             break
         try:
             sub.callback(msg)  # type: ignore[misc]
-        except Exception:
+        except Exception as exc:
             errors += 1
-            log.exception("callback of %s failed on seq %d", sub.topic, msg.seq)
+            sub.failed(msg, exc)
     return errors
 
 
@@ -211,7 +247,7 @@ class Dispatcher:
                 sub, messages = self._queue.popleft()
                 self._current = sub
             self.errors += run_callbacks(sub, messages)
-            sub.done(len(messages))
+            sub.done(messages)
             with self._ready:
                 self._current = None
                 self._ready.notify_all()

@@ -39,6 +39,8 @@ class PublisherEntry:
     strength: int | None = None  # set on an exclusive topic: only the strongest is delivered
     history: int = 0  # messages it offers to late joiners and for repair
     mode: str = "direct"
+    retain: dict | None = None  # its retention bounds (messages, seconds, bytes)
+    archive: bool = False  # the topic's owner keeps a copy of its messages
 
     def to_bytes(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)
@@ -47,8 +49,10 @@ class PublisherEntry:
     def from_bytes(cls, raw: bytes) -> PublisherEntry:
         try:
             d = msgpack.unpackb(raw, raw=False)
+            retain = d.get("retain")
             entry = cls(str(d["id"]), d["endpoint"], d["repair"], d.get("strength"), int(d.get("history", 0)),
-                        d.get("mode", "direct"))
+                        d.get("mode", "direct"), dict(retain) if retain is not None else None,
+                        bool(d.get("archive", False)))
             wire.parse_endpoint(entry.endpoint)
             wire.parse_endpoint(entry.repair)
         except Exception as exc:  # wrong shape, missing key, bad endpoint (WireError)
@@ -97,7 +101,7 @@ def topic_info(client: DhtClient, topic: str) -> dict:
         "topic": topic,
         "key_id": key_id(topic, client.bits),
         "owner": found.owner.to_dict(),
-        "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history}
-                       for p in pubs],
+        "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history,
+                        "retain": p.retain, "archive": p.archive} for p in pubs],
         "subscribers": int(result.get("count") or 0),
     }

@@ -1,33 +1,106 @@
-"""A publisher's bounded history: the last K messages it sent, by sequence number.
+"""A publisher's retained messages on one topic, by sequence number, and the rule that trims them.
 
-This is the offered window of the QoS designs chordpub replaces: a late joiner may ask for the
-last k <= K messages, and a reliable subscriber may ask for any range still inside the window to
-repair a gap. Pure: no sockets, no clocks.
+Two things keep a message:
+- the *offered history*: the last K messages, for late joiners and for reliable subscribers
+  repairing a gap (the offered window of the QoS designs chordpub replaces);
+- *acknowledged retention*: a durable subscriber (pubsub/durable.py) reports the position it has
+  committed, and a message no durable subscriber has yet is kept too, beyond K,
+within hard bounds, whichever comes first: `messages`, `seconds` since it was sent, `bytes` of
+payload. A message past a bound goes even if a durable subscriber still lacks it: that subscriber
+finds the exact range missing when it asks, and dead-letters it.
+
+Pure: no sockets, no clocks (callers pass the time), no disk (pubsub/journal.py writes it through).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from itertools import islice
 
 from pubsub.envelope import Envelope
 
 
+@dataclass(frozen=True)
+class RetentionBounds:
+    """The most a publication keeps for its durable subscribers (`topic info` shows them)."""
+
+    messages: int = 100_000
+    seconds: float = 3600.0
+    bytes: int = 64 * 2**20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.messages, bool) or not isinstance(self.messages, int) or self.messages < 1:
+            raise ValueError(f"retain-messages must be a positive integer, got {self.messages!r}")
+        if not isinstance(self.seconds, int | float) or not self.seconds > 0:
+            raise ValueError(f"retain-seconds must be positive, got {self.seconds!r}")
+        if isinstance(self.bytes, bool) or not isinstance(self.bytes, int) or self.bytes < 1:
+            raise ValueError(f"retain-bytes must be a positive integer, got {self.bytes!r}")
+
+    def to_dict(self) -> dict:
+        return {"messages": self.messages, "seconds": self.seconds, "bytes": self.bytes}
+
+
 class History:
-    def __init__(self, capacity: int) -> None:
+    """Retained messages of one publication, oldest first."""
+
+    def __init__(self, capacity: int, bounds: RetentionBounds | None = None) -> None:
         if capacity < 0:
             raise ValueError("history capacity cannot be negative")
+        self.bounds = bounds or RetentionBounds()
+        if capacity > self.bounds.messages:
+            raise ValueError(f"history {capacity} exceeds retain-messages {self.bounds.messages}")
         self.capacity = capacity
-        self._items: deque[Envelope] = deque(maxlen=capacity or None)
+        self._items: deque[Envelope] = deque()
+        self.bytes = 0
         self.last_seq = 0
+        self.acked: dict[str, int] = {}  # durable subscriber -> the position it committed
+        self._floor: int | None = None  # the lowest of them (None: no durable subscriber)
 
+    # -- what goes in -----------------------------------------------------------------------------------
     def add(self, env: Envelope) -> None:
         if env.seq != self.last_seq + 1:
             raise ValueError(f"sequence numbers must follow each other: {self.last_seq} then {env.seq}")
         self.last_seq = env.seq
-        if self.capacity:
-            self._items.append(env)
+        self._items.append(env)
+        self.bytes += len(env.payload)
+        self.trim(env.sent_ns)
 
+    def restore(self, last_seq: int, kept: list[Envelope]) -> None:
+        """Start from what a journal kept (a restarted publisher): numbering continues after last_seq."""
+        if self._items or self.last_seq:
+            raise ValueError("restore() is for an empty history")
+        self.last_seq = last_seq
+        for env in kept:
+            if env.seq <= last_seq and (not self._items or env.seq == self._items[-1].seq + 1):
+                self._items.append(env)
+                self.bytes += len(env.payload)
+
+    def ack(self, subscriber: str, position: int) -> bool:
+        """A durable subscriber committed everything up to `position`; True when that is news."""
+        position = min(position, self.last_seq)
+        if self.acked.get(subscriber, -1) >= position:
+            return False
+        self.acked[subscriber] = position
+        self._floor = min(self.acked.values())
+        return True
+
+    def trim(self, now_ns: int) -> int:
+        """Drop what nothing keeps any more; returns the oldest seq still held (first_seq)."""
+        items, b = self._items, self.bounds
+        floor = self.last_seq if self._floor is None else self._floor
+        oldest_ns = now_ns - int(b.seconds * 1e9)
+        while items:
+            head = items[0]
+            over = len(items) > b.messages or self.bytes > b.bytes or head.sent_ns < oldest_ns
+            unneeded = len(items) > self.capacity and head.seq <= floor
+            if not (over or unneeded):
+                break
+            items.popleft()
+            self.bytes -= len(head.payload)
+        return self.first_seq
+
+    # -- what is asked --------------------------------------------------------------------------------------
     @property
     def first_seq(self) -> int:
         """The oldest sequence number still held (last_seq + 1 when nothing is held)."""

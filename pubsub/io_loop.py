@@ -38,7 +38,7 @@ from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
-from pubsub.service import Service
+from pubsub.service import MAX_ACKS, Service
 from pubsub.subscription import Stream, TopicState
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larger)
 BATCH = 2000  # messages read from one socket before the others get a turn
 FETCH_TIMEOUT = 2.0
+ACK_REFRESH_BEATS = 10
 
 
 class IoLoop:
@@ -53,12 +54,13 @@ class IoLoop:
                  setup: SocketSetup | None, heartbeat: float,
                  on_reread: Callable[[str], None] = lambda _t: None,
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
-                 on_delivered: Callable[[str, list[Message]], None] | None = None) -> None:
+                 on_delivered: Callable[[str, list[Message]], None] | None = None,
+                 client_id: str | None = None) -> None:
         self.service = Service(server, publishing)
         self.publishing = publishing
         self.context, self.setup, self.heartbeat = context, setup, heartbeat
         self.on_reread, self.on_dead_letter, self.on_delivered = on_reread, on_dead_letter, on_delivered
-        self.id = server.endpoint
+        self.id = client_id or server.endpoint
         self.rpc = RpcClient(timeout=1.0, retries=0, setup=setup, context=context)
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
@@ -66,6 +68,8 @@ class IoLoop:
         self.direct = Connections(lambda: self.subs.get("direct"))  # to each matched publisher's PUB
         self.relays = Pointers(Connections(lambda: self.subs.get("relay")))  # topic -> its owner's relay
         self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
+        self._acked: dict[tuple[str, str], int] = {}  # (topic, publisher) -> the position we last acked
+        self._beats = 0
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
         self.confirmations = Confirmations(self.rpc, self._later, self._alive)
@@ -261,6 +265,9 @@ class IoLoop:
         PUB sockets are read (they must not pile up)."""
         with self.publishing.lock:
             self.publishing.drain_filters()
+        self.publishing.trim()
+        self._beats += 1
+        self._send_acks(refresh=self._beats % ACK_REFRESH_BEATS == 0)
         for ts in self.topics.values():
             lost = ts.lost
             if not ts.reliable and lost > self._lost_told.get(ts.topic, 0):
@@ -273,6 +280,28 @@ class IoLoop:
                 for st in list(ts.streams.values()):
                     if ts.tail_check(st):
                         self._ask_head(ts, st, lambda s, body, _now, ts=ts: ts.on_tail(s, body))
+
+    def _send_acks(self, refresh: bool) -> None:
+        """Durable subscriptions tell each publisher the position they committed: one request per
+        publisher for all topics, when a position moved (and every few beats anyway: a publisher
+        restarted without a data directory has forgotten us)."""
+        by_publisher: dict[str, list[list]] = {}
+        for topic, handle in self.handles.items():
+            positions = handle.positions
+            if positions is None:
+                continue
+            committed = positions.snapshot()
+            ts = self.topics[topic]
+            for st in ts.streams.values():
+                position = committed.get(st.id, 0)
+                if refresh or self._acked.get((topic, st.id)) != position:
+                    self._acked[(topic, st.id)] = position
+                    by_publisher.setdefault(st.entry.repair, []).append(
+                        [topic, f"{self.id}/{positions.name}", position])
+        for endpoint, items in by_publisher.items():
+            for i in range(0, len(items), MAX_ACKS):
+                self.rpc.send(endpoint, "acks", on_reply=lambda _r: None, timeout=FETCH_TIMEOUT,
+                              items=items[i:i + MAX_ACKS])
 
     # -- subscriptions (called on this thread through `call`) ----------------------------------------
     def attach(self, ts: TopicState, handle: Subscription, publishers: list[PublisherEntry],
@@ -302,9 +331,13 @@ class IoLoop:
         for st in gone:  # its last messages may still be on their way, and a registration that expired
             # at a busy owner comes back: a lease's grace before we disconnect
             self._later(LEASE_HEARTBEATS * self.heartbeat, lambda st=st: self._forget(ts, st))
+        moved, ts.moved = ts.moved, []
         if ts.mode == "direct":
             for st in new:
                 self.direct.ref(st.entry.endpoint)
+            for st, old in moved:
+                self.direct.ref(st.entry.endpoint)
+                self.direct.unref(old)
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
@@ -336,6 +369,8 @@ class IoLoop:
         else:
             self.set_relay(topic, None)
         self.confirmations.cancel(topic)
+        for key in [k for k in self._acked if k[0] == topic]:
+            del self._acked[key]
         if handle is not None:
             handle.close()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)  # not frozen: one is made per message, and frozen costs a microsecond more
@@ -12,7 +14,8 @@ class Message:
     `publisher` is the publishing client's id, `seq` its sequence number on this topic (from 1),
     `sent_ns` the publisher's wall clock when it sent, `recv_ns` ours when it came off the network;
     `recovered` says it came from the publisher's history (a late joiner's catch-up or a repaired
-    gap) rather than live.
+    gap) rather than live; `redelivered`, on a durable subscription, that it was handed to the
+    application before the process stopped without committing it: it may have been seen already.
     """
 
     topic: str
@@ -22,6 +25,16 @@ class Message:
     sent_ns: int
     recv_ns: int
     recovered: bool = False
+    redelivered: bool = False
+    _commit: Callable[[Message], None] | None = field(default=None, repr=False, compare=False)
+
+    def commit(self) -> None:
+        """Durable subscriptions: record that the application is done with this message and every
+        earlier one of its publisher, now (for a subscription made with `auto_commit=False`, or to
+        commit before a callback returns). A restarted subscriber resumes after it. Elsewhere a
+        no-op: there is nothing to resume."""
+        if self._commit is not None:
+            self._commit(self)
 
     @property
     def latency_ms(self) -> float:
@@ -35,7 +48,9 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Messages seq from_seq..to_seq of `publisher` on `topic` that this subscriber will never get."""
+    """Messages seq from_seq..to_seq of `publisher` on `topic` that this subscriber will not deliver:
+    gone from everywhere that could repair them (only the range is known), or one message whose
+    callback raised (`payload` and `sent_ns` hold it, for `chordpub dlq replay`)."""
 
     topic: str
     publisher: str
@@ -44,7 +59,14 @@ class DeadLetter:
     to_seq: int
     reason: str
     ts: float
+    payload: bytes | None = None
+    sent_ns: int | None = None
 
     def to_dict(self) -> dict:
-        return {"topic": self.topic, "publisher": self.publisher, "subscriber": self.subscriber,
-                "from_seq": self.from_seq, "to_seq": self.to_seq, "reason": self.reason, "ts": self.ts}
+        """The JSON form (`sub --dead-letter`): the payload, when held, as `payload_b64`."""
+        out = {"topic": self.topic, "publisher": self.publisher, "subscriber": self.subscriber,
+               "from_seq": self.from_seq, "to_seq": self.to_seq, "reason": self.reason, "ts": self.ts}
+        if self.payload is not None:
+            out["payload_b64"] = base64.b64encode(self.payload).decode("ascii")
+            out["sent_ns"] = self.sent_ns
+        return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import Envelope, topic_filter
-from pubsub.history import History
+from pubsub.history import History, RetentionBounds
 
 MODES = ("direct", "relay")
 RELIABLE_HISTORY = 1000  # what a reliable publication keeps when it is not told
@@ -34,9 +34,13 @@ class Publication:
     reliable: bool = False
     strength: int | None = None
     mode: str = "direct"
+    bounds: RetentionBounds | None = None  # None: the defaults
+    archive: bool = False  # the topic's owner keeps a copy (dht/logs.py) that outlives us
     history: History = field(init=False)
     filter: bytes = field(init=False)  # the prefix subscribers' SUB sockets select this topic by
     sent: int = 0
+    seq: int = 0  # the last sequence number given (journaled messages reach the history a moment later)
+    journaled: bool = False  # messages go to the client's data directory before they are sent
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -46,15 +50,31 @@ class Publication:
             raise ValueError("strength must be an integer")
         if self.reliable and self.history_size == 0:
             self.history_size = RELIABLE_HISTORY
-        self.history = History(self.history_size)
+        if self.bounds is None:
+            self.bounds = RetentionBounds(messages=max(RetentionBounds.messages, self.history_size))
+        self.history = History(self.history_size, self.bounds)
         self.filter = topic_filter(self.topic)
 
+    def restore(self, last_seq: int, kept: list[Envelope], acks: dict[str, int]) -> None:
+        """Continue from what the data directory kept of an earlier run of this publisher."""
+        self.history.restore(last_seq, kept)
+        for subscriber, position in acks.items():
+            self.history.ack(subscriber, position)
+        self.seq = last_seq
+        self.journaled = True
+
     def stamp(self, payload: bytes, now_ns: int) -> Envelope:
-        """The next message: numbered, timestamped, kept in the history."""
-        env = Envelope(self.topic, self.publisher, self.history.last_seq + 1, now_ns, payload)
-        self.history.add(env)
+        """The next message: numbered, timestamped, kept in the history (a journaled one: once the
+        journal has it, by `retain`)."""
+        self.seq += 1
+        env = Envelope(self.topic, self.publisher, self.seq, now_ns, payload)
+        if not self.journaled:
+            self.history.add(env)
         self.sent += 1
         return env
+
+    def retain(self, env: Envelope) -> None:
+        self.history.add(env)
 
     @property
     def last_seq(self) -> int:
@@ -62,7 +82,8 @@ class Publication:
 
     def entry(self, endpoint: str, service: str) -> PublisherEntry:
         """This publication as the topic's record shows it to subscribers."""
-        return PublisherEntry(self.publisher, endpoint, service, self.strength, self.history_size, self.mode)
+        return PublisherEntry(self.publisher, endpoint, service, self.strength, self.history_size, self.mode,
+                              self.bounds.to_dict() if self.bounds else None, self.archive)
 
     def serve(self, op: str, count: int = 0, lo: int = 1, hi: int | None = None) -> dict:
         """A history request: "last" k messages, or the "range" lo..hi (hi None: to the newest).

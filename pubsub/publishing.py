@@ -26,7 +26,9 @@ import zmq
 
 from dht import wire
 from dht.transport import SocketSetup
+from pubsub.durable import DataDir
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
+from pubsub.journal import Journal
 from pubsub.links import Connections, Pointers
 from pubsub.publication import Publication
 
@@ -41,8 +43,11 @@ def check_topic(topic: str) -> str:
 
 
 class PublishingSide:
-    def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None) -> None:
+    def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None,
+                 data: DataDir | None = None) -> None:
         self.context, self.host, self.client_id, self.setup = context, host, client_id, setup
+        self.data = data
+        self.journal: Journal | None = None  # with a data directory, once something is published
         self.lock = threading.Lock()
         self.publications: dict[str, Publication] = {}
         self.direct: zmq.Socket | None = None
@@ -75,16 +80,73 @@ class PublishingSide:
                 self.endpoint = f"{self.host}:{self.direct.bind_to_random_port(f'tcp://{self.host}')}"
             if pub.mode == "relay" and self.relay is None:
                 self.relay = self._pub_socket(server=False)
+            if self.data is not None:
+                pub.restore(*self.data.publication(pub.topic))
+                pub.history.trim(time.time_ns())
+                if self.journal is None:
+                    self.journal = Journal(self.data, self._send_journaled)
             self.publications[pub.topic] = pub
 
     def publish(self, topic: str, payload: bytes) -> Envelope:
-        """Stamp and send one message (the publication must exist)."""
+        """Stamp and send one message (the publication must exist); with a data directory, queue it
+        for the journal, which sends it once it is written."""
+        if self.journal is not None:
+            self.journal.wait_for_room()
         with self.lock:
             pub = self.publications[topic]
             env = pub.stamp(payload, time.time_ns())
+            if pub.journaled:
+                self.journal.put(pub, env)  # type: ignore[union-attr]
+                return env
             sock = self.direct if pub.mode == "direct" else self.relay
             sock.send(env.encode(self._packer))  # type: ignore[union-attr]
         return env
+
+    def _send_journaled(self, batch: list[tuple[Publication, Envelope]]) -> dict[str, int]:
+        """The journal wrote `batch`: send it and retain it; returns where retention now starts, for
+        the topics where that moved."""
+        moved: dict[str, int] = {}
+        with self.lock:
+            packer = self._packer
+            for pub, env in batch:
+                sock = self.direct if pub.mode == "direct" else self.relay
+                if sock is None:
+                    continue  # closing
+                sock.send(packer.pack([1, env.topic, env.publisher, env.seq, env.sent_ns, env.payload]))
+                first = pub.history.first_seq
+                pub.retain(env)
+                if pub.history.first_seq != first:
+                    moved[pub.topic] = pub.history.first_seq
+        return moved
+
+    def ack(self, items: list[tuple[str, str, int]]) -> int:
+        """Durable subscribers' committed positions; returns how many name a topic we publish."""
+        now = time.time_ns()
+        held, news = 0, {}
+        with self.lock:
+            for topic, subscriber, position in items:
+                pub = self.publications.get(topic)
+                if pub is None:
+                    continue
+                held += 1
+                if pub.history.ack(subscriber, position):
+                    news.setdefault(topic, {})[subscriber] = position
+                    first = pub.history.first_seq
+                    if pub.history.trim(now) != first and pub.journaled:
+                        self.journal.trimmed(topic, pub.history.first_seq)  # type: ignore[union-attr]
+        if self.data is not None:
+            for topic, acks in news.items():
+                self.data.save_acks(topic, acks)
+        return held
+
+    def trim(self) -> None:
+        """Retention by time, when nothing is published to trigger it (the io loop, every heartbeat)."""
+        now = time.time_ns()
+        with self.lock:
+            for pub in self.publications.values():
+                first = pub.history.first_seq
+                if pub.history.trim(now) != first and pub.journaled:
+                    self.journal.trimmed(pub.topic, pub.history.first_seq)  # type: ignore[union-attr]
 
     def probe(self, topics: list[str]) -> int:
         """Send one probe on each topic (a subscriber waits for it to know its filter is in place)."""
@@ -148,6 +210,8 @@ class PublishingSide:
             return self.publications.pop(topic, None)
 
     def close(self) -> None:
+        if self.journal is not None:
+            self.journal.stop()
         with self.lock:
             for sock in (self.direct, self.relay):
                 if sock is not None:

@@ -3,8 +3,9 @@
 One ROUTER socket, the client's id ("host:port"), polled by the io loop: `last` and `range` serve a
 publication's bounded history (a late joiner's catch-up, a reliable subscriber's repair), and
 `probe` sends a probe on the topic's own frame (pubsub/envelope.py) so that the asking subscriber
-learns its filter is in place here. Probes asked for in one pass are sent together afterwards, one
-per topic, carrying the token every asker was promised.
+learns its filter is in place here; `acks` carries durable subscribers' committed positions, which
+let the publication drop what they all have (pubsub/history.py). Probes asked for in one pass are
+sent together afterwards, one per topic, carrying the token every asker was promised.
 """
 
 from __future__ import annotations
@@ -20,11 +21,30 @@ from pubsub.publishing import PublishingSide
 
 log = logging.getLogger(__name__)
 
+MAX_ACKS = 4096
+
+
+def _acks(value: object, what: str) -> list[tuple[str, str, int]]:
+    """[[topic, durable subscriber, committed position], ...]"""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_ACKS:
+        raise wire.WireError(f"{what} must be a list of 1..{MAX_ACKS} acks")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 3:
+            raise wire.WireError(f"each of {what} must be [topic, subscriber, position]")
+        out.append((wire.string(MAX_TOPIC_CHARS)(item[0], f"{what}.topic"),
+                    wire.string(MAX_SUBSCRIBER_CHARS)(item[1], f"{what}.subscriber"),
+                    wire.uint(item[2], f"{what}.position")))
+    return out
+
+
+MAX_SUBSCRIBER_CHARS = 512
 SERVICE_SCHEMAS: wire.Schemas = {
     "last": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "count": (wire.uint, True)},
     "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
               "to": (wire.optional(wire.uint), False)},
     "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
+    "acks": {"items": (_acks, True)},  # durable subscribers' committed positions (acknowledged retention)
 }
 
 
@@ -59,6 +79,8 @@ class Service:
             self._probe_topics.clear()
 
     def _handle(self, req: dict) -> dict:
+        if req["op"] == "acks":
+            return {"held": self.publishing.ack(req["items"])}
         topic = req["topic"]
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")

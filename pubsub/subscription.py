@@ -11,6 +11,9 @@ and a read of the record when `reread` is set. Per publisher (a `Stream`):
 - reliable: in-order delivery by sequence number from 1, duplicates dropped, gaps (the start
   included) fetched from the publisher's history; what fell out of it becomes a dead letter and
   counts in `lost`; a stream that stalls has its tail checked by the loop every heartbeat;
+- durable (reliable, with `start` positions from the data directory): a publisher's stream resumes
+  after its committed position instead of 1, and what was handed to the application before
+  (up to the handed position) comes marked `redelivered`;
 - ownership strength: on an exclusive topic only the strongest live publisher is delivered.
 A message from a publisher the record has not told us of yet (a "stranger": it registered since
 our last read) is held, bounded, and the record read again at once, so a new publisher loses no
@@ -23,6 +26,7 @@ registration that expired at an owner too busy to read its renewals comes back).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pubsub.directory import PublisherEntry, leader
@@ -43,6 +47,7 @@ class Stats:
     received: int = 0
     duplicates: int = 0
     recovered: int = 0
+    redelivered: int = 0  # durable: handed to the application before a restart, delivered again
     dead_lettered: int = 0  # reliable: messages that fell out of the publisher's history
     dropped: int = 0  # best effort: not taken by a slow application (the subscription's queue was full)
     publishers: set[str] = field(default_factory=set)
@@ -54,6 +59,7 @@ class Stats:
         p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)
         return {"topic": topic, "received": self.received, "duplicates": self.duplicates, "gaps": lost,
                 "publishers": len(self.publishers), "recovered": self.recovered, "dropped": self.dropped,
+                "redelivered": self.redelivered,
                 "latency_ms": {"p50": None if p50 is None else round(p50, 3),
                                "p99": None if p99 is None else round(p99, 3)}}
 
@@ -65,6 +71,7 @@ class Stream:
         self.entry = entry
         self.window = SeqWindow()  # best effort
         self.expected = 1  # reliable: the next sequence number to deliver
+        self.handed_before = 0  # durable: up to here, handed to the application before a restart
         self.buffer: dict[int, tuple[Envelope, bool]] = {}  # reliable: waiting for the gap before them
         self.catching_up = catching_up  # history or reliable start being fetched: live is held
         self.held: list[tuple[Envelope, int]] = []  # best effort: (live message, recv_ns) while catching up
@@ -88,9 +95,13 @@ class Stream:
 
 class TopicState:
     def __init__(self, topic: str, subscriber: str, history: int = 0, reliable: bool = False,
-                 mode: str = "direct") -> None:
+                 mode: str = "direct", start: Callable[[str], tuple[int, int]] | None = None) -> None:
+        """`start(publisher)`: a durable subscription's (committed, handed) positions."""
         if history < 0:
             raise ValueError("history cannot be negative")
+        if start is not None and not reliable:
+            raise ValueError("a durable subscription is reliable")
+        self.start = start
         self.topic, self.subscriber, self.history, self.reliable, self.mode = (
             topic, subscriber, history, reliable, mode)
         self.streams: dict[str, Stream] = {}
@@ -105,6 +116,7 @@ class TopicState:
         self.fetches: list[tuple[Stream, int, int | None]] = []  # (stream, from, to or None: the newest)
         self.heads: list[Stream] = []  # streams whose newest seq must be asked first (history k)
         self.dead: list[DeadLetter] = []
+        self.moved: list[tuple[Stream, str]] = []  # (stream, its old PUB endpoint): reconnect
         self.reread = False
 
     # -- publishers come and go --------------------------------------------------------------------
@@ -121,12 +133,12 @@ class TopicState:
             del self.unmatched[pid]
         new: list[Stream] = []
         for pid, entry in current.items():
-            if pid in self.streams:
-                self.streams[pid].entry = entry  # strength or endpoints may have changed
-                continue
-            if pid in self.departed:
-                self.streams[pid] = self.departed.pop(pid)
-                self.streams[pid].entry = entry
+            back = self.streams.get(pid) or self.departed.pop(pid, None)
+            if back is not None:  # a departed one named again comes back as it was
+                if back.entry.endpoint != entry.endpoint:  # restarted (a stable id, a data directory)
+                    self.moved.append((back, back.entry.endpoint))
+                back.entry = entry  # strength or endpoints may have changed
+                self.streams[pid] = back
                 continue
             if pid in self.unmatched:
                 continue
@@ -140,7 +152,10 @@ class TopicState:
             self.stats.publishers.add(pid)
             new.append(st)
             if self.reliable:
-                self.fetches.append((st, 1, None))
+                if self.start is not None:
+                    committed, st.handed_before = self.start(pid)
+                    st.expected = committed + 1
+                self.fetches.append((st, st.expected, None))
                 st.fetching = True
             elif self.history:
                 self.heads.append(st)
@@ -214,7 +229,7 @@ class TopicState:
                     st.buffer[env.seq] = (env, True)
             if first > st.expected:
                 gap_to = first - 1 if hi is None else min(first - 1, hi)
-                self._dead_letter(st, st.expected, gap_to, "fell out of the publisher's history", recv_ns)
+                self._dead_letter(st, st.expected, gap_to, "no longer retained by the publisher", recv_ns)
             self._drain(st, recv_ns)
         else:
             for env in got:
@@ -280,6 +295,9 @@ class TopicState:
         if self._leader is not None and self._leader != st.entry.id:
             return  # exclusive topic: only the strongest publisher is delivered
         msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered)
+        if env.seq <= st.handed_before:
+            msg.redelivered = True
+            self.stats.redelivered += 1
         self.stats.received += 1
         self.stats.recovered += recovered
         self.stats.latency.add(msg.latency_ms)

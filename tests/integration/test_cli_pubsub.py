@@ -45,7 +45,8 @@ def test_stdin_lines_arrive_in_order_on_two_topics_as_json(ring, procs, tmp_path
         mine = [r for r in rows if r["topic"] == topic]
         assert [r["payload"] for r in mine] == ["a", "b", "c"], out
         assert [r["seq"] for r in mine] == [1, 2, 3]
-        assert all(set(r) == {"topic", "publisher", "seq", "latency_ms", "recovered", "payload"} for r in mine)
+        assert all(set(r) == {"topic", "publisher", "seq", "latency_ms", "recovered", "redelivered", "payload"}
+                   for r in mine)
 
 
 def test_messages_and_binary_payloads_print_as_text_and_base64(ring, procs, tmp_path):

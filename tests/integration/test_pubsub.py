@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import msgpack
@@ -24,8 +23,8 @@ from chordpub.launcher import LocalRing, wait_for
 from dht.client import DhtClient
 from dht.ids import key_id, owner_of
 from pubsub.directory import topic_info
-from pubsub.envelope import Envelope, topic_filter
 from tests.conftest import PERIOD, jsonl, start_module_ring
+from tests.helpers.lossy import LossyLink
 
 
 @pytest.fixture(scope="module")
@@ -177,44 +176,6 @@ def test_a_late_joiner_gets_the_history_it_asks_for(ring, procs, tmp_path):
     assert json.loads(refused.stdout)["received"] == 0
 
 
-class LossyLink:
-    """A test relay between a publisher and its subscribers: drops 5% and a run of sequence numbers
-    (probes always pass: they are how a subscriber knows its filter is in place)."""
-
-    def __init__(self, upstream: str, topic: str, drop_run: range, seed: int = 3) -> None:
-        ctx = zmq.Context.instance()
-        self.sub = ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
-        self.sub.connect(f"tcp://{upstream}")
-        self.pub = ctx.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        self.endpoint = f"127.0.0.1:{self.pub.bind_to_random_port('tcp://127.0.0.1')}"
-        self.rng = random.Random(seed)
-        self.drop_run = drop_run
-        self.dropped: set[int] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            if not self.sub.poll(50):
-                continue
-            frame = self.sub.recv()
-            seq = Envelope.decode(frame, probes=True).seq
-            if seq and (seq in self.drop_run or self.rng.random() < 0.05):
-                self.dropped.add(seq)
-                continue
-            self.pub.send(frame)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.sub.close()
-        self.pub.close()
-
-
 def test_reliable_mode_repairs_every_gap_inside_the_history_and_dead_letters_the_rest(ring):
     via = ring.nodes[6].endpoint
     total, window = 400, 30
@@ -332,6 +293,7 @@ def test_topic_info_json(ring):
         found = json.loads(out.stdout)
         assert set(found) == {"topic", "key_id", "owner", "publishers", "subscribers"}
         assert found["publishers"] == [{"id": publisher.id, "endpoint": publisher.publishing.endpoint,
-                                        "strength": 3, "history": 7}]
+                                        "strength": 3, "history": 7, "archive": False,
+                                        "retain": {"messages": 100_000, "seconds": 3600.0, "bytes": 64 * 2**20}}]
         assert found["subscribers"] == 1
         assert found["owner"]["id"] == owner_of(sorted(n.id for n in ring.nodes), key_id("catalogue"))

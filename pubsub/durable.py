@@ -1,0 +1,209 @@
+"""A client's data directory: what must outlive its process, in DIR/client.sqlite3 (WAL journal).
+
+- Its identity: the client's name. A restarted client takes it back; a client of another name is
+  refused rather than handed someone else's positions or sequence numbers.
+- Publisher side, per topic: the last sequence number used and the retained messages
+  (pubsub/history.py decides what is retained; pubsub/journal.py writes each message here before it
+  is sent, so a restarted publisher continues the numbering and can repair anything it ever sent
+  and still retains), and the positions its durable subscribers acknowledged.
+- Subscriber side, per durable subscription: the topic it follows and, per publisher, the last
+  sequence number *committed* (the application is done with it) and the last *handed* to the
+  application (delivered to a callback or a queue). After a crash, delivery resumes after the
+  committed position; messages up to the handed one may have been seen before and come marked
+  `redelivered`.
+- The dead-letter queue: messages a subscription will not deliver, with the message itself when it
+  is known (a callback that raised on it) or its range (it is gone everywhere), and the reason.
+
+One connection, used under a lock from the client's threads (the io loop, the journal thread, the
+application's thread committing). A commit is one write to the WAL file: it survives the process
+being killed; `synchronous=NORMAL` leaves only a power cut able to take the last commits back.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from pubsub.envelope import Envelope
+from pubsub.message import DeadLetter
+
+FILE = "client.sqlite3"
+FORMAT = "chordpub-client/1"
+NODE_FILE = "store.sqlite3"  # a discovery node's data directory (dht/durable.py)
+_NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS publications (topic TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS retained (topic TEXT NOT NULL, seq INTEGER NOT NULL, sent_ns INTEGER NOT NULL,
+    payload BLOB NOT NULL, PRIMARY KEY (topic, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS acks (topic TEXT NOT NULL, subscriber TEXT NOT NULL, position INTEGER NOT NULL,
+    PRIMARY KEY (topic, subscriber)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS durables (name TEXT PRIMARY KEY, topic TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS positions (name TEXT NOT NULL, publisher TEXT NOT NULL, committed INTEGER NOT NULL,
+    handed INTEGER NOT NULL, PRIMARY KEY (name, publisher)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL,
+    publisher TEXT NOT NULL, subscriber TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
+    reason TEXT NOT NULL, ts REAL NOT NULL, sent_ns INTEGER, payload BLOB, replayed REAL);
+"""
+
+
+class DataDirError(ValueError):
+    """The data directory cannot be used by this client (another's, unreadable, not ours)."""
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"a client or durable name is 1-200 of A-Z a-z 0-9 . _ : @ -, got {name!r}")
+    return name
+
+
+class DataDir:
+    """DIR/client.sqlite3, opened for the client `name` (None: whoever it belongs to, or a new name)."""
+
+    def __init__(self, directory: str | Path, name: str | None = None, *, create: bool = True) -> None:
+        self.directory = Path(directory)
+        if name is not None:
+            check_name(name)
+        path = self.directory / FILE
+        if self.directory.exists() and not self.directory.is_dir():
+            raise DataDirError(f"{self.directory} is not a directory")
+        if (self.directory / NODE_FILE).exists():
+            raise DataDirError(f"{self.directory} is a discovery node's data directory, not a client's")
+        if not path.exists() and not create:
+            raise DataDirError(f"{self.directory} holds no client state ({FILE} is missing)")
+        self.lock = threading.Lock()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fresh = not path.exists() or path.stat().st_size == 0
+            self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            if fresh:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            else:
+                self._check_existing(path)
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.DatabaseError as exc:
+            raise DataDirError(f"{path} is not a usable client state file ({exc}): refusing to touch it") from None
+        except OSError as exc:
+            raise DataDirError(f"cannot use {self.directory}: {exc.strerror or exc}") from None
+        self.name = self._claim(name, fresh)
+
+    def _check_existing(self, path: Path) -> None:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        fmt = None
+        if "meta" in tables:
+            row = self.db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+            fmt = row[0] if row else None
+        if fmt != FORMAT:
+            self.db.close()
+            raise DataDirError(f"{path} is not a chordpub client's state file (format {fmt!r}): refusing to touch it")
+        self.db.execute("PRAGMA journal_mode=WAL")
+
+    def _claim(self, name: str | None, fresh: bool) -> str:
+        with self.lock:
+            if fresh:
+                self.db.executescript(_SCHEMA)
+                chosen = name or f"client-{uuid.uuid4().hex[:12]}"
+                with self.db:
+                    self.db.execute("BEGIN")
+                    self.db.executemany("INSERT INTO meta VALUES (?, ?)", [("format", FORMAT), ("name", chosen)])
+                return chosen
+            row = self.db.execute("SELECT value FROM meta WHERE name='name'").fetchone()
+            if row is None:
+                self.db.close()
+                raise DataDirError(f"{self.directory} names no client: refusing to touch it")
+            if name is not None and row[0] != name:
+                self.db.close()
+                raise DataDirError(f"{self.directory} holds the state of client {row[0]!r}, not {name!r}: "
+                                   "give each client its own data directory")
+            return row[0]
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    # -- the publisher's journal ------------------------------------------------------------------------
+    def publication(self, topic: str) -> tuple[int, list[Envelope], dict[str, int]]:
+        """What a restarted publisher had on `topic`: last seq used, retained messages, acks."""
+        with self.lock:
+            row = self.db.execute("SELECT last_seq FROM publications WHERE topic=?", (topic,)).fetchone()
+            kept = [Envelope(topic, self.name, seq, sent_ns, payload) for seq, sent_ns, payload in self.db.execute(
+                "SELECT seq, sent_ns, payload FROM retained WHERE topic=? ORDER BY seq", (topic,))]
+            acks = dict(self.db.execute("SELECT subscriber, position FROM acks WHERE topic=?", (topic,)))
+        return (row[0] if row else 0), kept, acks
+
+    def journal(self, messages: list[Envelope], trims: dict[str, int]) -> None:
+        """Keep `messages` (one transaction, before they are sent) and drop what retention let go:
+        `trims` maps a topic to its oldest retained seq."""
+        last: dict[str, int] = {}
+        for env in messages:
+            last[env.topic] = env.seq
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)",
+                                [(e.topic, e.seq, e.sent_ns, e.payload) for e in messages])
+            self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
+                                "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
+            self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
+
+    def save_acks(self, topic: str, acks: dict[str, int]) -> None:
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
+                                [(topic, s, p) for s, p in acks.items()])
+
+    # -- durable subscriptions --------------------------------------------------------------------------
+    def durable(self, name: str, topic: str) -> dict[str, tuple[int, int]]:
+        """Claim durable subscription `name` for `topic`; its positions: publisher -> (committed, handed)."""
+        check_name(name)
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            row = self.db.execute("SELECT topic FROM durables WHERE name=?", (name,)).fetchone()
+            if row is not None and row[0] != topic:
+                raise DataDirError(f"durable subscription {name!r} in {self.directory} follows {row[0]!r}, "
+                                   f"not {topic!r}")
+            if row is None:
+                self.db.execute("INSERT INTO durables VALUES (?, ?)", (name, topic))
+            return {p: (c, h) for p, c, h in self.db.execute(
+                "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
+
+    def set_positions(self, name: str, handed: dict[str, int] | None = None,
+                      committed: dict[str, int] | None = None) -> None:
+        """Move a durable subscription's positions forward (never back)."""
+        rows = [(name, p, 0, s) for p, s in (handed or {}).items()]
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO UPDATE "
+                                "SET handed=max(handed, excluded.handed)", rows)
+            self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO UPDATE "
+                                "SET committed=max(committed, excluded.committed), "
+                                "handed=max(handed, excluded.committed)",
+                                [(name, p, s, s) for p, s in (committed or {}).items()])
+
+    # -- the dead-letter queue ---------------------------------------------------------------------------
+    def dead_letter(self, letter: DeadLetter) -> None:
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT INTO dead_letters (topic, publisher, subscriber, from_seq, to_seq, reason, ts, "
+                            "sent_ns, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (letter.topic, letter.publisher, letter.subscriber, letter.from_seq, letter.to_seq,
+                             letter.reason, letter.ts, letter.sent_ns, letter.payload))
+
+    def dead_letters(self, pending_only: bool = False) -> list[dict]:
+        """The queue, oldest first: each a dict with id, the letter's fields, and `replayed` (a time)."""
+        query = ("SELECT id, topic, publisher, subscriber, from_seq, to_seq, reason, ts, sent_ns, payload, replayed "
+                 "FROM dead_letters" + (" WHERE replayed IS NULL" if pending_only else "") + " ORDER BY id")
+        keys = ("id", "topic", "publisher", "subscriber", "from_seq", "to_seq", "reason", "ts", "sent_ns", "payload",
+                "replayed")
+        with self.lock:
+            return [dict(zip(keys, row, strict=True)) for row in self.db.execute(query)]
+
+    def mark_replayed(self, ids: list[int]) -> None:
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("UPDATE dead_letters SET replayed=? WHERE id=?", [(time.time(), i) for i in ids])

@@ -1,0 +1,100 @@
+"""A publisher's journal: every message is in the data directory before it is sent.
+
+With a data directory, `publish()` stamps the message and queues it here; one thread writes what
+has queued in one transaction (group commit: under load a transaction carries hundreds of
+messages, idle it carries one), then sends them, in order, and hands them to the publication's
+retained history. A publisher killed at any moment has therefore sent nothing its data directory
+does not hold, and a restarted one continues the numbering after the last message it could have
+sent. The queue is bounded: a publisher faster than its disk waits in `publish()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from pubsub.durable import DataDir
+from pubsub.envelope import Envelope
+from pubsub.publication import Publication
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 20_000
+BATCH_LIMIT = 4096
+
+
+class Journal:
+    def __init__(self, data: DataDir, send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]]) -> None:
+        """`send(batch)` sends a written batch and returns the topics whose oldest retained seq moved."""
+        self.data = data
+        self._send = send
+        self._queue: list[tuple[Publication, Envelope]] = []
+        self._trims: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._busy = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="chordpub-journal", daemon=True)
+        self.thread.start()
+
+    def wait_for_room(self) -> None:
+        """Block while the queue is full (called before taking the publishing lock: the journal's
+        thread needs that lock to send)."""
+        with self._cond:
+            while len(self._queue) >= QUEUE_LIMIT and not self._stopping and self.error is None:
+                self._cond.wait(0.5)
+
+    def put(self, pub: Publication, env: Envelope) -> None:
+        """Queue a stamped message (the caller holds the publishing lock, which keeps them in order)."""
+        with self._cond:
+            if self.error is not None:
+                raise RuntimeError(f"the journal in {self.data.directory} failed: {self.error}")
+            self._queue.append((pub, env))
+            if len(self._queue) == 1 and not self._busy:
+                self._cond.notify_all()
+
+    def trimmed(self, topic: str, first_seq: int) -> None:
+        """Retention let go of everything before `first_seq` (deleted with the next write)."""
+        with self._cond:
+            self._trims[topic] = max(first_seq, self._trims.get(topic, 0))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued is written and sent."""
+        with self._cond:
+            return self._cond.wait_for(lambda: (not self._queue and not self._busy) or self.error is not None,
+                                       timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._stopping)  # trims ride with the next write
+                if not self._queue and not self._trims:
+                    return
+                batch, self._queue = self._queue[:BATCH_LIMIT], self._queue[BATCH_LIMIT:]
+                trims, self._trims = self._trims, {}
+                self._busy = True
+                self._cond.notify_all()  # a publisher waiting for room
+            try:
+                self.data.journal([env for _pub, env in batch], trims)
+                moved = self._send(batch) if batch else {}
+            except BaseException as exc:  # the disk failed us: publishing stops with the reason
+                log.exception("the journal failed")
+                with self._cond:
+                    self.error = exc
+                    self._busy = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                for topic, first in moved.items():
+                    self._trims[topic] = max(first, self._trims.get(topic, 0))
+                self._busy = False
+                self._cond.notify_all()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write and send what is queued, then end the thread."""
+        self.flush(timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self.thread.join(timeout)
