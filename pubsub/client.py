@@ -33,7 +33,8 @@ import zmq
 
 from dht import wire
 from dht.client import DhtError
-from dht.transport import RpcServer
+from dht.transport import Reply, RpcServer
+from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import PUB, SUB, subscriber_field
 from pubsub.durable import DataDir, check_name
@@ -110,6 +111,7 @@ class Client:
                 self._trace_run, self._trace_source = trace_run, trace_source
             self.io = IoLoop(service, self.publishing, self.context, setup, heartbeat,
                              on_reread=self._reread, on_dead_letter=self._dead_letter,
+                             on_archive=self._read_archive,
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
             self._contact(timeout)
@@ -171,6 +173,9 @@ class Client:
                            on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
                            count=f"{SUB}{mode}/")
         self.registrar.call(lambda: self.registrar.register(reg))
+        if archive:
+            feed = ArchiveFeed(pub, self.publishing.lock)
+            self.registrar.call(lambda: self.registrar.feeds.__setitem__(reg.key, feed))
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         try:
@@ -251,13 +256,14 @@ class Client:
         ready: Future = Future()
 
         def placed(reg: Registration) -> None:
-            publishers = list(reg.publishers.values())
+            publishers = reg.all_publishers()
             self.io.call(lambda: self.io.attach(state, handle, publishers, reg.relay, ready, wait))
 
         reg = Registration(topic, subscriber_field(mode, self.id), subscriber_value(mode), watch=True,
                            relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
                            on_publishers=lambda r: self._publishers_changed(topic, r),
-                           on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)))
+                           on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)),
+                           archive_read=history > 0 or reliable, mode=mode)
         self.registrar.call(lambda: self.registrar.register(reg))
         if threading.current_thread() is self.io.thread:
             return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
@@ -268,7 +274,7 @@ class Client:
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
 
     def _publishers_changed(self, topic: str, reg: Registration) -> None:
-        publishers = list(reg.publishers.values())
+        publishers = reg.all_publishers()
         self.io.call(lambda: self.io.set_publishers(topic, publishers))
 
     def unsubscribe(self, topic: str) -> None:
@@ -327,6 +333,7 @@ class Client:
         done = threading.Event()
 
         def unregister_all() -> None:
+            self.registrar.feed_archives(rounds=100)  # what the owner lacks of archived topics, first
             self.registrar.unregister_all()
             done.set()
 
@@ -369,6 +376,13 @@ class Client:
             raise RuntimeError("this client is closed")
 
     # -- from the threads --------------------------------------------------------------------------------
+    def _read_archive(self, topic: str, publisher: str, op: str, lo: int, hi: int | None,
+                      then: Callable[[Reply], None]) -> None:
+        """An io-loop fetch from a topic's archive, carried out by the registrar (which talks to
+        owners); the answer goes back to the io loop."""
+        self.registrar.call(lambda: self.registrar.read_archive(
+            topic, publisher, op, lo, hi, lambda reply: self.io.call(lambda: then(reply))))
+
     def _reread(self, topic: str) -> None:
         self.registrar.call(lambda: self.registrar.reread(topic))
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PENDING_LIMIT = 10_000
+COMMIT_EVERY = 500  # durable: callbacks run between two commits of the position, at most
 WARN_EVERY = 5.0
 
 
@@ -158,7 +159,6 @@ class Subscription:
                 return
             self.pending -= len(messages)
             run_callbacks(self, messages)
-            self.called_back(messages)
             return
         with self._ready:
             self._queue.extend(messages)
@@ -182,7 +182,6 @@ class Subscription:
 
     def done(self, messages: list[Message]) -> None:
         """The dispatcher ran the callbacks of `messages`."""
-        self.called_back(messages)
         n = len(messages)
         self.pending -= n
         if self.was_full and self.pending < self.pending_limit // 2:
@@ -204,8 +203,8 @@ class Subscription:
 def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
     """Run `sub`'s callback on each message in order (one that raises: `Subscription.failed`).
     Returns how many raised."""
-    errors = 0
-    for msg in messages:
+    errors, done = 0, 0
+    for i, msg in enumerate(messages):
         if not sub.active:
             break
         try:
@@ -213,6 +212,11 @@ def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
         except Exception as exc:
             errors += 1
             sub.failed(msg, exc)
+        if i + 1 - done >= COMMIT_EVERY:  # a long batch (a repaired gap releasing thousands) commits as it goes
+            sub.called_back(messages[done:i + 1])
+            done = i + 1
+    if done < len(messages):
+        sub.called_back(messages[done:])
     return errors
 
 

@@ -55,12 +55,14 @@ class IoLoop:
                  on_reread: Callable[[str], None] = lambda _t: None,
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  on_delivered: Callable[[str, list[Message]], None] | None = None,
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None,
+                 on_archive: Callable[..., None] | None = None) -> None:
         self.service = Service(server, publishing)
         self.publishing = publishing
         self.context, self.setup, self.heartbeat = context, setup, heartbeat
         self.on_reread, self.on_dead_letter, self.on_delivered = on_reread, on_dead_letter, on_delivered
         self.id = client_id or server.endpoint
+        self.on_archive = on_archive  # (topic, publisher, op, lo, hi, then(Reply)): a fetch from the archive
         self.rpc = RpcClient(timeout=1.0, retries=0, setup=setup, context=context)
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
@@ -244,6 +246,10 @@ class IoLoop:
                     ts.fetch_done(st, now)
             self._flush(ts)
 
+        if not st.entry.repair:  # a publisher that is gone: its archive at the topic's owner answers
+            if self.on_archive is not None:
+                self.on_archive(ts.topic, st.id, "range", lo, hi, on_reply)
+            return
         self.rpc.send(st.entry.repair, "range", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic,
                       **{"from": lo, "to": hi})
 
@@ -257,6 +263,10 @@ class IoLoop:
                 ts.fetch_done(st, time.time_ns())
             self._flush(ts)
 
+        if not st.entry.repair:
+            if self.on_archive is not None:
+                self.on_archive(ts.topic, st.id, "last", 0, None, on_reply)
+            return
         self.rpc.send(st.entry.repair, "last", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic, count=0)
 
     def _beat(self) -> None:
@@ -334,10 +344,13 @@ class IoLoop:
         moved, ts.moved = ts.moved, []
         if ts.mode == "direct":
             for st in new:
-                self.direct.ref(st.entry.endpoint)
+                if st.entry.endpoint:  # (an archived publisher that is gone has none)
+                    self.direct.ref(st.entry.endpoint)
             for st, old in moved:
-                self.direct.ref(st.entry.endpoint)
-                self.direct.unref(old)
+                if st.entry.endpoint:
+                    self.direct.ref(st.entry.endpoint)
+                if old:
+                    self.direct.unref(old)
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
@@ -346,7 +359,8 @@ class IoLoop:
         if self.topics.get(ts.topic) is ts and ts.departed.get(st.id) is st:
             ts.forget(st.id)
             if ts.mode == "direct":
-                self.direct.unref(st.entry.endpoint)
+                if st.entry.endpoint:
+                    self.direct.unref(st.entry.endpoint)
 
     def set_relay(self, topic: str, endpoint: str | None) -> None:
         """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
@@ -365,7 +379,8 @@ class IoLoop:
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):
-                self.direct.unref(st.entry.endpoint)
+                if st.entry.endpoint:
+                    self.direct.unref(st.entry.endpoint)
         else:
             self.set_relay(topic, None)
         self.confirmations.cancel(topic)

@@ -3,7 +3,8 @@ and the last it is done with (committed), kept in the client's data directory (p
 
 When positions are written:
 - *handed*: before a batch of messages goes to the callback or the `get()` queue, in one write;
-- *committed*: with a callback, after it returns for the batch (`auto_commit`, the default); with
+- *committed*: with a callback, after it returns for the batch, and every 500 messages of a longer
+  one (`auto_commit`, the default); with
   `get()` or iteration, a message is committed when the application asks for the next one, or
   unsubscribes, or closes the client; at any time by `Message.commit()` (with `auto_commit=False`,
   only then).

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from dht.ids import in_half_open
+from pubsub.archive import ArchivedPublisher
 from pubsub.directory import PublisherEntry
 
 
@@ -36,6 +37,17 @@ class Registration:
     retry_at: float = 0.0
     read_at: float = 0.0
     missed: int = 0  # consecutive renewals the owner did not answer
+    archive_read: bool = False  # a subscription that wants history: list the topic's archive too
+    archived: dict[str, ArchivedPublisher] = field(default_factory=dict)  # from the archive's segment names
+    mode: str = "direct"
+
+    def all_publishers(self) -> list[PublisherEntry]:
+        """The registered publishers, and the archived ones no longer registered (served from the
+        archive: no endpoint, their history what the archive holds)."""
+        out = list(self.publishers.values())
+        out += [PublisherEntry(a.id, "", "", None, a.last - a.first + 1, self.mode, archive=True)
+                for a in self.archived.values() if a.id not in self.publishers and a.segments]
+        return out
 
     @property
     def key(self) -> tuple[str, str]:

@@ -13,6 +13,7 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import wait_for
+from pubsub.delivery import COMMIT_EVERY
 from tests.conftest import jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink
 
@@ -93,7 +94,7 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
                     unflagged.append(r["seq"])
             seen.add(r["seq"])
     assert not unflagged, f"delivered twice without the redelivered flag (a committed message): {unflagged[:10]}"
-    assert again <= 2 * 2 * 2000, "redeliveries stay within the handed-but-uncommitted window (a batch per kill)"
+    assert again <= 2 * COMMIT_EVERY, "redeliveries stay within the uncommitted window (one per kill)"
     assert link.dropped, "the link dropped messages: repairs happened"
     print(f"durable crash test: {total} delivered; {len(link.dropped)} dropped by the link and repaired; "
           f"{again} redelivered after 2 kills")

@@ -204,3 +204,26 @@ def test_an_absent_durable_subscriber_finds_exactly_the_lost_range_and_replays_w
     assert [m.text for m in back] == ["poison"]
     again_shown = json.loads(run_cli("dlq", "show", str(data), "--json", "--pending").stdout)
     assert [x["from_seq"] for x in again_shown["letters"]] == [3]
+
+
+def test_an_archived_topic_outlives_its_publisher_and_its_owner(ring_factory):
+    from dht.ids import key_id, owner_of
+
+    ring = ring_factory()
+    ring.start(4)
+    ring.wait_consistent(timeout=60)
+    owner_id = owner_of(sorted(n.id for n in ring.nodes), key_id("kept"))
+    owner = next(n for n in ring.nodes if n.id == owner_id)
+    others = [n for n in ring.nodes if n is not owner]
+    with Client(others[0].endpoint, heartbeat=HB) as publisher:
+        publisher.advertise("kept", archive=True, history=1000)
+        for i in range(1, 1001):
+            publisher.publish("kept", f"kept {i}")
+    ring.kill(owner)  # SIGKILL: the archive must come from a replica
+    ring.wait_consistent(timeout=60)
+    with Client(others[1].endpoint, heartbeat=HB) as late:
+        sub = late.subscribe("kept", history=1000)
+        got: list = []
+        drain(sub, got, 1000, timeout=30)
+    assert [m.seq for m in got] == list(range(1, 1001))
+    assert got[0].text == "kept 1" and all(m.recovered for m in got)
