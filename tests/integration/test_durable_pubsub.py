@@ -227,3 +227,21 @@ def test_an_archived_topic_outlives_its_publisher_and_its_owner(ring_factory):
         drain(sub, got, 1000, timeout=30)
     assert [m.seq for m in got] == list(range(1, 1001))
     assert got[0].text == "kept 1" and all(m.recovered for m in got)
+
+
+def test_the_cli_refuses_another_subscribers_data_dir_in_one_line(ring, tmp_path: Path):
+    from tests.conftest import one_error_line, run_cli
+
+    via = ring.nodes[0].endpoint
+    with Client(via, name="first", data_dir=tmp_path / "d"):
+        pass
+    before = (tmp_path / "d" / FILE).read_bytes()
+    one_error_line(run_cli("sub", "--via", via, "--topic", "t", "--durable", "second", "--data-dir",
+                           str(tmp_path / "d"), "--seconds", "1"), "holds the state of client 'first'")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / FILE).write_bytes(b"\x00garbage" * 64)
+    one_error_line(run_cli("pub", "--via", via, "--topic", "t", "--message", "x", "--data-dir", str(tmp_path / "bad")),
+                   "not a usable client state file")
+    one_error_line(run_cli("dlq", "show", str(tmp_path / "nothing-here")), "holds no client state")
+    assert (tmp_path / "d" / FILE).read_bytes() == before
+    assert (tmp_path / "bad" / FILE).read_bytes() == b"\x00garbage" * 64
