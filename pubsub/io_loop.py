@@ -344,13 +344,10 @@ class IoLoop:
         moved, ts.moved = ts.moved, []
         if ts.mode == "direct":
             for st in new:
-                if st.entry.endpoint:  # (an archived publisher that is gone has none)
-                    self.direct.ref(st.entry.endpoint)
+                self.direct.ref(st.entry.endpoint)
             for st, old in moved:
-                if st.entry.endpoint:
-                    self.direct.ref(st.entry.endpoint)
-                if old:
-                    self.direct.unref(old)
+                self.direct.ref(st.entry.endpoint)
+                self.direct.unref(old)
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
@@ -358,9 +355,9 @@ class IoLoop:
     def _forget(self, ts: TopicState, st: Stream) -> None:
         if self.topics.get(ts.topic) is ts and ts.departed.get(st.id) is st:
             ts.forget(st.id)
+            self._acked.pop((ts.topic, st.id), None)
             if ts.mode == "direct":
-                if st.entry.endpoint:
-                    self.direct.unref(st.entry.endpoint)
+                self.direct.unref(st.entry.endpoint)
 
     def set_relay(self, topic: str, endpoint: str | None) -> None:
         """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
@@ -379,8 +376,7 @@ class IoLoop:
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):
-                if st.entry.endpoint:
-                    self.direct.unref(st.entry.endpoint)
+                self.direct.unref(st.entry.endpoint)
         else:
             self.set_relay(topic, None)
         self.confirmations.cancel(topic)

@@ -18,8 +18,9 @@ class Connections:
         self.refs: Counter[str] = Counter()
 
     def ref(self, endpoint: str) -> None:
+        """One more user of `endpoint` ("": none to connect to, as for an archived publisher that is gone)."""
         sock = self._socket()
-        if sock is None:
+        if sock is None or not endpoint:
             return
         if self.refs[endpoint] == 0:
             sock.connect(wire.zmq_address(endpoint))

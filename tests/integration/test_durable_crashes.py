@@ -127,4 +127,4 @@ def test_a_publisher_killed_and_restarted_continues_its_sequence_and_repairs_the
     assert {m.publisher for m in got} == {"phoenix-pub"}
     payload_ids = [int.from_bytes(m.payload[:8], "big") for m in got]
     restart = payload_ids.index(0, 1)  # the restarted process counts its synthetic payloads from 0 again
-    assert seqs[restart] > last_before - 1 or any(m.recovered for m in got[restart - 50:restart])
+    assert seqs[restart] > last_before, "the restarted publisher numbers after everything it had sent"
