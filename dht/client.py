@@ -44,6 +44,8 @@ class RecordsReply:
     results: list[dict]
     arc: tuple[int | None, int] | None  # None when not asked for (about=False)
     services: dict[str, str] | None
+    written: int | None = None  # asked "replicated": the node's writes so far (this request's included)
+    replicated: int | None = None  # ... and how many of them its successors hold
 
     @classmethod
     def parse(cls, endpoint: str, body: dict, n_items: int) -> RecordsReply:
@@ -60,9 +62,12 @@ class RecordsReply:
                 if not isinstance(services, dict):
                     raise ValueError("services")
                 services = {str(k): v for k, v in services.items() if isinstance(v, str)}
+            written, replicated = body.get("written"), body.get("replicated")
+            if not all(x is None or (isinstance(x, int) and x >= 0) for x in (written, replicated)):
+                raise ValueError("written/replicated")
         except (KeyError, TypeError, ValueError) as exc:
             raise DhtError(f"records on {endpoint}: malformed reply ({exc})") from None
-        return cls(endpoint, results, arc, services)
+        return cls(endpoint, results, arc, services, written, replicated)
 
 
 @dataclass
@@ -246,10 +251,12 @@ class DhtClient:
 
     # -- leased records (dht/records.py) --------------------------------------------------------
     def records_at(self, endpoint: str, items: list[dict], timeout: float | None = None,
-                   about: bool = False, retries: int | None = None) -> RecordsReply:
+                   about: bool = False, retries: int | None = None, replicated: bool = False) -> RecordsReply:
         """One `records` request to one node: many items on the records it owns (see dht/wire.py);
-        `about` asks for the node's arc and services too."""
-        reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout, retries=retries, about=about)
+        `about` asks for the node's arc and services too, `replicated` for its write counts."""
+        extra = {"replicated": True} if replicated else {}
+        reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout, retries=retries, about=about,
+                              **extra)
         if not reply.ok:
             raise DhtError(f"records on {endpoint} failed: {reply.err}", unreachable=unreachable(reply))
         return RecordsReply.parse(endpoint, reply.body, len(items))

@@ -261,10 +261,12 @@ class Maintainer:
         leases on the rest with one message."""
         node = self.node
         with node.lock:
+            through = node.store.writes  # what the successors hold once the pushes below succeed
             targets = [s.endpoint for s in self.routing.successors[: self.config.replicas - 1]]
             if not targets:
                 self._replicated_to = targets
                 node.store.dirty.clear()
+                node.store.replicated = through
                 return
             full = full or targets != self._replicated_to
             if full:
@@ -273,13 +275,19 @@ class Maintainer:
             else:
                 entries = node.store.take_dirty(self.routing.owns)
             pred = self.routing.predecessor
+        pushed = True
         for endpoint in targets:
             if entries:
-                self.push(endpoint, "replicate", entries)
+                pushed = self.push(endpoint, "replicate", entries) and pushed
             if refresh and not full and pred is not None:
                 self.rpc.call(endpoint, "refresh", **{"from": wire.encode_id(pred.id),
                                                      "to": wire.encode_id(self.me.id)})
-        self._replicated_to = targets
+        if pushed:
+            with node.lock:
+                node.store.replicated = max(node.store.replicated, through)
+            self._replicated_to = targets
+        else:
+            self._replicated_to = []  # the next round pushes everything again
 
     def handover(self, old: Peer | None, new: Peer) -> None:
         """A new predecessor joined: give it the entries it now owns (key transfer on join)."""

@@ -226,7 +226,9 @@ class ChordNode:
         """Items on records this node owns: writes, renewals (O(1): a lease deadline), reads. An item
         on a record owned elsewhere is answered "not the owner" and the others still apply. The reply
         names this node's arc and services when asked ("about"), so a client learns which records it
-        owns without lookups (renewals do not ask: they are the bulk of a node's requests)."""
+        owns without lookups (renewals do not ask: they are the bulk of a node's requests). Asked
+        "replicated", it also says how many writes it has made and how many its successors hold, so
+        a writer can wait until what it wrote would survive this node's crash."""
         now = time.time()
         results, wrote = [], False
         for item in req["items"]:
@@ -245,12 +247,14 @@ class ChordNode:
             results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))
-        if not req.get("about"):
-            return {"results": results}
-        pred = self.routing.predecessor
-        return {"results": results, "arc": [None if pred is None else wire.encode_id(pred.id),
-                                            wire.encode_id(self.me.id)],
-                "services": dict(self.config.services)}
+        out: dict = {"results": results}
+        if req.get("replicated"):  # this node's writes so far, and how many its successors hold
+            out.update(written=self.store.writes, replicated=self.store.replicated)
+        if req.get("about"):
+            pred = self.routing.predecessor
+            out.update(arc=[None if pred is None else wire.encode_id(pred.id), wire.encode_id(self.me.id)],
+                       services=dict(self.config.services))
+        return out
 
     def _on_refresh(self, req: dict) -> dict:
         lo, hi = req["from"], req["to"]

@@ -58,6 +58,8 @@ class Store:
         self.loaded = 0  # entries restored from disk at start (DurableStore)
         self.observer = observer
         self.dirty: set[str] = set()  # keys written since the owner last replicated them
+        self.writes = 0  # writes applied so far; `replicated`: how many of them the successors hold
+        self.replicated = 0
 
     def write(self, key: str, value: bytes | None, version: int, now: float, record: bool = False) -> bool:
         """Apply a write (value None = delete) if it is not older than what is held."""
@@ -69,6 +71,7 @@ class Store:
             return False
         self._entries[key] = Entry(entry_key_id(key, self.bits, record), value, version, now, record)
         self.dirty.add(key)
+        self.writes += 1
         if record and self.observer is not None:
             self.observer(key, value, version)
         return True

@@ -231,7 +231,7 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
                 "successors": (_peers, False)},
     "leave": {},
     # leased records (dht/records.py): many fields of many records owned by the node, in one request
-    "records": {"items": (_record_items, True), "about": (_bool, False)},
+    "records": {"items": (_record_items, True), "about": (_bool, False), "replicated": (_bool, False)},
     # the owner of the arc (from, to] still holds its entries: replica leases there start again
     "refresh": {"from": (_id, True), "to": (_id, True)},
 }

@@ -103,16 +103,35 @@ def archived_publishers(names: list[str]) -> dict[str, ArchivedPublisher]:
 
 
 class ArchiveFeed:
-    """One archived publication's copy at its topic's owner: what to send, and what to delete."""
+    """One archived publication's copy at its topic's owner: what to send, and what to delete.
+
+    A message counts as archived (and the publication's history may let it go) only once the owner
+    says its successors hold it too: an owner that dies before replicating what it took would lose
+    it, so until then the feed remembers the owner it sent to, and sends the same run again to the
+    next owner if that one changes."""
 
     def __init__(self, pub: Publication, lock: threading.Lock) -> None:
         self.pub, self.lock = pub, lock
-        self.archived = 0  # the owner has every message up to this seq
+        self.archived = 0  # the owner and its replicas hold every message up to this seq
+        self.sent = 0  # the owner took every message up to this seq (not necessarily replicated)
+        self.owner: str | None = None  # where the unreplicated ones went
+        self._marks: deque[tuple[int, int]] = deque()  # (the owner's write count, last seq) per request
         self.segments: deque[tuple[str, int, int, int]] = deque()  # (name, first, last, bytes) at the owner
         self._sent: list[tuple[str, int, int, int]] = []  # in the request in flight
         self._deleting: list[str] = []
         with lock:
             pub.history.ack(ARCHIVE_ACK, 0)
+
+    def sending_to(self, owner: str) -> None:
+        """The next request goes to `owner`: another one than the unreplicated messages went to gets
+        them again (a segment sent twice has the same name, and merges keep one)."""
+        if owner != self.owner:
+            if self.sent > self.archived:
+                self.sent = self.archived
+                while self.segments and self.segments[-1][1] > self.archived:
+                    self.segments.pop()
+            self._marks.clear()
+            self.owner = owner
 
     def items(self) -> list[dict]:
         """The next request's items: new segments (up to REQUEST_BYTES), then deletions of the oldest
@@ -120,7 +139,7 @@ class ArchiveFeed:
         topic, bounds = self.pub.topic, self.pub.bounds
         ttl = min(bounds.seconds, MAX_TTL)  # type: ignore[union-attr]
         with self.lock:
-            pending = self.pub.history.range(self.archived + 1, None, limit=10 * SEGMENT_MESSAGES)
+            pending = self.pub.history.range(self.sent + 1, None, limit=10 * SEGMENT_MESSAGES)
         items, size, run, run_bytes = [], 0, [], 0
         self._sent = []
 
@@ -154,18 +173,36 @@ class ArchiveFeed:
         items += [{"k": topic, "f": name, "op": "del"} for name in self._deleting]
         return items
 
-    def confirmed(self) -> None:
-        """The owner took the last request whole."""
+    def confirmed(self, written: int | None, replicated: int | None) -> None:
+        """The owner took the last request whole; it had made `written` writes then, and its
+        successors hold `replicated` of its writes."""
         gone = set(self._deleting)
         while self.segments and self.segments[0][0] in gone:  # (name, ...)
             self.segments.popleft()
         self.segments.extend(self._sent)
         if self._sent:
-            self.archived = self._sent[-1][2]
+            self.sent = self._sent[-1][2]
+            self._marks.append((written if written is not None else 0, self.sent))
+        self._sent, self._deleting = [], []
+        self.replicated(replicated)
+
+    def replicated(self, replicated: int | None) -> None:
+        """The owner's successors hold `replicated` of its writes (None: the owner cannot say, as a
+        node that does not count them: what it took is all we can know)."""
+        last = None
+        while self._marks and (replicated is None or self._marks[0][0] <= replicated):
+            last = self._marks.popleft()[1]
+        if last is not None and last > self.archived:
+            self.archived = last
             with self.lock:
                 self.pub.history.ack(ARCHIVE_ACK, self.archived)
-        self._sent, self._deleting = [], []
 
     @property
     def behind(self) -> bool:
+        """Messages not yet sent to the owner."""
+        return self.pub.last_seq > self.sent
+
+    @property
+    def unsafe(self) -> bool:
+        """Messages sent, or to send, that the owner's successors do not hold yet."""
         return self.pub.last_seq > self.archived

@@ -175,7 +175,7 @@ class Client:
         self.registrar.call(lambda: self.registrar.register(reg))
         if archive:
             feed = ArchiveFeed(pub, self.publishing.lock)
-            self.registrar.call(lambda: self.registrar.feeds.__setitem__(reg.key, feed))
+            self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         try:
@@ -333,7 +333,7 @@ class Client:
         done = threading.Event()
 
         def unregister_all() -> None:
-            self.registrar.feed_archives(rounds=100)  # what the owner lacks of archived topics, first
+            self.registrar.archives.settle(self.timeout / 2)  # archived topics: what the owner lacks, first
             self.registrar.unregister_all()
             done.set()
 
@@ -380,7 +380,7 @@ class Client:
                       then: Callable[[Reply], None]) -> None:
         """An io-loop fetch from a topic's archive, carried out by the registrar (which talks to
         owners); the answer goes back to the io loop."""
-        self.registrar.call(lambda: self.registrar.read_archive(
+        self.registrar.call(lambda: self.registrar.archives.read(
             topic, publisher, op, lo, hi, lambda reply: self.io.call(lambda: then(reply))))
 
     def _reread(self, topic: str) -> None:

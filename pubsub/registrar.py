@@ -29,8 +29,9 @@ from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.ids import key_id
 from dht.records import MISSING, NOT_OWNER, events_topic
-from dht.transport import Reply, SocketSetup
-from pubsub.archive import LOG, ArchiveFeed, archived_publishers, unpack
+from dht.transport import SocketSetup
+from pubsub.archive import LOG, archived_publishers
+from pubsub.archiving import Archives
 from pubsub.directory import LEASE_HEARTBEATS, PUB, publishers_from_fields
 from pubsub.links import Connections
 from pubsub.mailbox import Mailbox
@@ -56,7 +57,7 @@ class Registrar:
         self.regs: dict[tuple[str, str], Registration] = {}
         self.watching: dict[str, Registration] = {}  # topic -> its subscription
         self.arcs = OwnerArcs()
-        self.feeds: dict[tuple[str, str], ArchiveFeed] = {}  # archived publications, by registration key
+        self.archives = Archives(self.dht, self.regs, self.watching)
         self._events = Connections(lambda: self.events)  # owners' events sockets, by our records there
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
@@ -224,52 +225,7 @@ class Registrar:
                      for r in group]
             self.renewals += 1
             self._send(owner, group, items, renewing=True)
-        self.feed_archives()
-
-    # -- archives (pubsub/archive.py) --------------------------------------------------------------------
-    def feed_archives(self, rounds: int = 4) -> None:
-        """Send each archived publication's new messages to its topic's owner (a few requests each)."""
-        for key, feed in list(self.feeds.items()):
-            reg = self.regs.get(key)
-            for _ in range(rounds):
-                if reg is None or not reg.placed or reg.owner is None:
-                    break
-                items = feed.items()
-                if not items:
-                    break
-                try:
-                    reply = self.dht.records_at(reg.owner, items)
-                except DhtError as exc:
-                    log.info("archiving %s at %s: %s", reg.topic, reg.owner, exc)
-                    break
-                if not all(r.get("ok") for r in reply.results):
-                    break  # not the owner any more: the registration moves first
-                feed.confirmed()
-                if not feed.behind:
-                    break
-
-    def read_archive(self, topic: str, publisher: str, op: str, lo: int, hi: int | None,
-                     then: Callable[[Reply], None]) -> None:
-        """A subscriber's history or repair from the archive: the same answer a publisher gives."""
-        reg = self.watching.get(topic)
-        archived = None if reg is None else reg.archived.get(publisher)
-        if reg is None or archived is None or reg.owner is None:
-            then(Reply(False, err=f"no archive of {publisher} on {topic!r} known"))
-            return
-        body: dict = {"first": archived.first, "last": archived.last, "messages": []}
-        if op == "range":
-            names = archived.covering(lo, hi)[:3]
-            try:
-                reply = self.dht.records_at(reg.owner, [{"k": topic, "read": n} for n in names]) if names else None
-            except DhtError as exc:
-                then(Reply(False, err=str(exc)))
-                return
-            for name, result in zip(names, reply.results if reply else [], strict=False):
-                raw = (result.get("fields") or {}).get(name)
-                if isinstance(raw, bytes):
-                    body["messages"] += [e.encode() for e in unpack(raw, topic, publisher)
-                                         if e.seq >= lo and (hi is None or e.seq <= hi)]
-        then(Reply(True, body))
+        self.archives.feed()
 
     def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False,
               renewing: bool = False) -> None:

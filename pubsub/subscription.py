@@ -74,6 +74,7 @@ class Stream:
         self.handed_before = 0  # durable: up to here, handed to the application before a restart
         self.buffer: dict[int, tuple[Envelope, bool]] = {}  # reliable: waiting for the gap before them
         self.catching_up = catching_up  # history or reliable start being fetched: live is held
+        self.history_missing = False  # best effort with history: not obtained yet (the source may fail)
         self.held: list[tuple[Envelope, int]] = []  # best effort: (live message, recv_ns) while catching up
         self.fetching = False  # a history/repair fetch in flight (one at a time per stream)
         self.expected_at_beat = 0
@@ -136,7 +137,10 @@ class TopicState:
             back = self.streams.get(pid) or self.departed.pop(pid, None)
             if back is not None:  # a departed one named again comes back as it was
                 if back.entry.endpoint != entry.endpoint:  # restarted (a stable id, a data directory)
-                    self.moved.append((back, back.entry.endpoint))
+                    self.moved.append((back, back.entry.endpoint))  # or gone, and now served by its archive
+                if back.entry.repair != entry.repair and back.history_missing and not back.fetching:
+                    self.heads.append(back)  # its history failed where it was asked: ask the new source
+                    back.fetching = True
                 back.entry = entry  # strength or endpoints may have changed
                 self.streams[pid] = back
                 continue
@@ -160,6 +164,7 @@ class TopicState:
             elif self.history:
                 self.heads.append(st)
                 st.fetching = True
+                st.history_missing = True
         chosen = leader([s.entry for s in self.streams.values()])
         self._leader = None if chosen is None else chosen.id
         for st in new:
@@ -208,6 +213,7 @@ class TopicState:
         if last >= lo:
             self.fetches.append((st, lo, last))
         else:
+            st.history_missing = False
             self.fetch_done(st, recv_ns)
 
     def on_range(self, st: Stream, lo: int, hi: int | None, body: dict, recv_ns: int) -> int | None:
@@ -236,6 +242,7 @@ class TopicState:
                 self._accept(st, env, True, recv_ns)
         if got and got[-1].seq < end:
             return got[-1].seq + 1
+        st.history_missing = False
         return None
 
     def fetch_done(self, st: Stream, recv_ns: int) -> None:

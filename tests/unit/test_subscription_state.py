@@ -61,6 +61,31 @@ def test_history_on_join_comes_first_and_live_messages_wait_for_it():
     assert delivered(ts) == [(A.id, 8, True), (A.id, 9, True), (A.id, 10, True), (A.id, 11, False)]
 
 
+def test_history_that_failed_at_a_dead_publisher_is_asked_of_its_archive():
+    """The record can still name a publisher that has died (its lease not yet expired at a new
+    owner): its history request fails; once the record serves it from the archive, ask again."""
+    pub = Publication("t", A.id, history_size=50)
+    for i in range(5):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me", history=5)
+    new, _ = ts.reconcile([A])
+    ts.heads.clear()
+    ts.fetch_done(new[0], 1)  # the head request timed out
+    ts.reconcile([A])
+    assert not ts.heads, "the same source is not asked again on every read of the record"
+    archived = PublisherEntry(A.id, "", "", None, 5, archive=True)
+    ts.reconcile([archived])
+    assert ts.heads == new
+    ts.heads.clear()
+    ts.on_head(new[0], pub.serve("last", count=0), 2)
+    st, lo, hi = ts.fetches.pop()
+    assert ts.on_range(st, lo, hi, range_reply(pub, lo, hi), 3) is None
+    ts.fetch_done(st, 3)
+    assert delivered(ts) == [(A.id, s, True) for s in range(1, 6)]
+    ts.reconcile([A])  # served again by a live source: the history is had, nothing asked
+    assert not ts.heads
+
+
 def test_reliable_orders_repairs_and_dead_letters_what_fell_out():
     pub = Publication("t", A.id, history_size=5, reliable=True)
     for i in range(12):
