@@ -11,7 +11,18 @@ from pathlib import Path
 
 import typer
 
-from chordpub import cli_analyze, cli_dlq, cli_keys, cli_mininet, cli_node, cli_pubsub, cli_sim, cli_sim_paper, cli_topo
+from chordpub import (
+    cli_analyze,
+    cli_dlq,
+    cli_keys,
+    cli_mininet,
+    cli_node,
+    cli_pubsub,
+    cli_sim,
+    cli_sim_paper,
+    cli_study,
+    cli_topo,
+)
 from chordpub.cli_common import CURVE_HELP, clean_errors
 from dht.ids import key_id
 
@@ -29,6 +40,7 @@ app.add_typer(cli_topo.topo_app, name="topo")
 app.add_typer(cli_mininet.mininet_app, name="mininet")
 app.command("analyze")(cli_analyze.analyze)
 app.add_typer(cli_keys.keys_app, name="keys")
+app.add_typer(cli_study.study_app, name="study")
 
 
 @app.command("demo")

@@ -1,12 +1,14 @@
-"""One pub/sub experiment on Mininet: place, start, wait for the ring, run, stop, gather one run directory.
+"""One pub/sub experiment: place, start, wait for the ring, run, stop, gather one run directory.
 
-Every process is the chordpub CLI started inside its Mininet host (as a user would type it in an
-xterm), writing its output to RUN/logs/ files, never to pipes that could fill. The order is the
-one that makes the measurement clean: discovery nodes (the first alone, the rest joining it), then
-`ring check` polled until the ring is consistent, then subscribers, then publishers for `seconds`,
-a short drain, and everything stopped (SIGTERM, then SIGKILL) in `finally`, before Mininet itself
-is torn down. The run directory holds manifest.json (topology, emulation, placement, versions,
-command), lookups/ and deliveries/ in JSON Lines (the trace schema, source "mininet"), logs/.
+Every process is the chordpub CLI started inside its host (topologies/hosts.py: a Mininet host, as
+a user would type it in an xterm, or loopback for the local backend), writing its output to RUN/logs/
+files, never to pipes that could fill. The order is the one that makes the measurement clean:
+discovery nodes (the first alone, the rest joining it), then `ring check` polled until the ring is
+consistent, then subscribers, then publishers for `seconds`, a short drain, and everything stopped
+(SIGTERM, then SIGKILL) in `finally`, before Mininet itself is torn down. The run directory holds
+manifest.json (topology, emulation, placement, versions, command), lookups/ and deliveries/ in JSON
+Lines (the trace schema, source "mininet" or "live"), logs/; its manifest's "summary" is written
+last, so a run directory that has one is complete.
 `topologies` never imports `pubsub` or `dht`: it talks to them through the CLI.
 """
 
@@ -23,12 +25,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from topologies.graphs import build, describe
-from topologies.mininet_net import Network, mininet_network
+from topologies.hosts import BACKENDS, Hosts, open_hosts
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
-from traces.writer import make_run_dir, read_jsonl
+from topologies.run_summary import summarize, tail, topics_for
+from traces.writer import make_run_dir
 
 MODES = ("direct", "relay")
 
@@ -61,14 +61,19 @@ class ExperimentConfig:
     emulation: str = "auto"
     ring_timeout: float = 60.0
     curve: Path | None = None  # keys directory: every process runs --curve
+    backend: str = "mininet"  # or "local": every process on loopback (topologies/hosts.py)
 
     def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ExperimentError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.mode not in MODES:
             raise ExperimentError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.placement not in PLACEMENTS:
             raise ExperimentError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if min(self.pubs, self.subs) < 0 or self.topics < 1 or self.seconds <= 0:
             raise ExperimentError("pubs and subs must be >= 0, topics >= 1 and seconds > 0")
+        if self.backend == "local" and self.dht_json is not None:
+            raise ExperimentError("a dht.json names Mininet hosts: it needs the mininet backend")
         for name in ("topics_per_pub", "topics_per_sub"):
             if not 1 <= getattr(self, name) <= self.topics:
                 raise ExperimentError(f"--{name.replace('_', '-')} must be between 1 and --topics ({self.topics})")
@@ -94,20 +99,15 @@ class Experiment:
         cfg = self.config
         cfg.check()
         entries = load_dht_json(cfg.dht_json, cfg.bits) if cfg.dht_json else None
-        g = build(cfg.topo, seed=cfg.seed)
-        if cfg.delay_ms is not None:
-            for *_, d in g.edges(data=True):
-                d["delay_ms"] = cfg.delay_ms
-        name = cfg.run or time.strftime("mininet-%Y%m%d-%H%M%S")
+        name = cfg.run or time.strftime(f"{cfg.backend}-%Y%m%d-%H%M%S")
         run_dir = make_run_dir(cfg.out, name, {k: str(v) if isinstance(v, Path) else v
                                                for k, v in asdict(cfg).items()})
         logs = run_dir / "logs"
         logs.mkdir(exist_ok=True)
         t0 = time.monotonic()
-        self.progress(f"starting {cfg.topo} on Mininet")
-        with mininet_network(g, workdir=logs, emulation=cfg.emulation, seed=cfg.seed) as net:
-            mn_hosts = [net.names[v] for v in net.graph.nodes if net.graph.nodes[v]["kind"] == "host"]
-            slots = place(mn_hosts, cfg.dht, cfg.pubs, cfg.subs, cfg.placement, cfg.seed, entries)
+        self.progress(f"starting {cfg.topo} on Mininet" if cfg.backend == "mininet" else "starting on loopback")
+        with open_hosts(cfg.backend, cfg.topo, cfg.delay_ms, cfg.seed, logs, cfg.emulation) as net:
+            slots = place(net.names, cfg.dht, cfg.pubs, cfg.subs, cfg.placement, cfg.seed, entries)
             if entries:
                 self._check_addresses(net, entries)
             try:
@@ -120,34 +120,32 @@ class Experiment:
                 self._drain(run_dir / "deliveries")
             finally:
                 self._stop()
-            info = describe(net.graph)
+            info = net.describe()
             emulation = net.emulation
+            source = net.source
         summary = summarize(run_dir)
         summary.update({"run": name, "dir": str(run_dir), "ring": ring, "emulation": emulation,
                         "wall_s": round(time.monotonic() - t0, 2)})
-        self._write_manifest(run_dir, info, emulation, slots, summary)
+        self._write_manifest(run_dir, info, emulation, source, summary)
         return summary
 
     # -- processes --------------------------------------------------------------------------------
-    def _spawn(self, net: Network, slot: Slot, args: list[str], logs: Path, stdout: Path | None = None) -> Started:
-        host = net.net.get(slot.host)
+    def _spawn(self, net: Hosts, slot: Slot, args: list[str], logs: Path, stdout: Path | None = None) -> Started:
         with open(logs / f"{slot.name}.log", "ab") as err, open(stdout or logs / f"{slot.name}.log", "ab") as out:
-            # mnexec -da: into the host's namespaces; no new session here, or mnexec forks away from us
-            proc = host.popen([sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err,
-                              stdin=subprocess.DEVNULL)
+            proc = net.popen(slot.host, [sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err)
         started = Started(slot, proc)
         self.started.append(started)
         return started
 
-    def _start_ring(self, net: Network, slots: list[Slot], logs: Path, run: str) -> dict:
+    def _start_ring(self, net: Hosts, slots: list[Slot], logs: Path, run: str) -> dict:
         cfg = self.config
         nodes = [s for s in slots if s.role == "dht"]
         self.progress(f"starting {len(nodes)} discovery nodes")
         first: str | None = None
         for i, slot in enumerate(nodes):
-            ip = net.net.get(slot.host).IP()
-            args = ["node", "start", "--host", ip, "--port", str(slot.port), "--bits", str(cfg.bits),
-                    "--stabilize", str(cfg.stabilize), "--run", run, "--source", "mininet",
+            ip = net.ip(slot.host)
+            args = ["node", "start", "--host", ip, "--port", str(net.node_port(slot.port)), "--bits", str(cfg.bits),
+                    "--stabilize", str(cfg.stabilize), "--run", run, "--source", net.source,
                     "--ready-file", str(logs / f"{slot.name}.ready"),
                     "--trace", str(logs.parent / "lookups" / f"{slot.name}.jsonl")]
             if slot.node_id is not None:
@@ -161,14 +159,13 @@ class Experiment:
             self._await_ready(started, logs)
         self.progress("waiting for the ring to be consistent")
         t0 = time.monotonic()
-        host = net.net.get(nodes[0].host)
         deadline = t0 + cfg.ring_timeout
         report: dict = {}
         while time.monotonic() < deadline:
             self._check_alive()
-            proc = host.popen([sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
-                               "--expect", str(len(nodes)), *self._curve()],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            proc = net.popen(nodes[0].host, [sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
+                                             "--expect", str(len(nodes)), *self._curve()],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
                 out, _ = proc.communicate(timeout=20)
             except subprocess.TimeoutExpired:
@@ -192,13 +189,13 @@ class Experiment:
         while not ready.exists():
             if started.proc.poll() is not None or time.monotonic() > deadline:
                 raise ExperimentError(f"{started.slot.name} on {started.slot.host} did not start: "
-                                      + _tail(logs / f"{started.slot.name}.log"))
+                                      + tail(logs / f"{started.slot.name}.log"))
             time.sleep(0.05)
         info = json.loads(ready.read_text())
         started.endpoint, started.node_id = info["endpoint"], str(info["id"])
         return started.endpoint
 
-    def _start_clients(self, net: Network, slots: list[Slot], logs: Path, run: str, run_dir: Path) -> None:
+    def _start_clients(self, net: Hosts, slots: list[Slot], logs: Path, run: str, run_dir: Path) -> None:
         cfg = self.config
         nodes = [s for s in self.started if s.slot.role == "dht"]
         by_host = {s.slot.host: s.endpoint for s in nodes}
@@ -207,12 +204,12 @@ class Experiment:
         for role in ("sub", "pub"):  # subscribers first: the publishers' first messages find them
             for j, slot in enumerate(s for s in clients if s.role == role):
                 via = by_host.get(slot.host) or nodes[j % len(nodes)].endpoint
-                ip = net.net.get(slot.host).IP()
+                ip = net.ip(slot.host)
                 per = cfg.topics_per_sub if role == "sub" else cfg.topics_per_pub
                 topic_args = [a for t in topics_for(j, per, cfg.topics) for a in ("--topic", t)]
                 if role == "sub":
                     args = ["sub", "--via", via, *topic_args, "--host", ip, "--mode", cfg.mode,
-                            "--run", run, "--source", "mininet", "--json",
+                            "--run", run, "--source", net.source, "--json",
                             "--seconds", str(cfg.seconds + cfg.ring_timeout + 60),
                             "--trace", str(run_dir / "deliveries" / f"{slot.name}.jsonl")]
                     self._spawn(net, slot, args + self._curve(), logs, stdout=logs / f"{slot.name}.json")
@@ -275,76 +272,28 @@ class Experiment:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     @staticmethod
-    def _check_addresses(net: Network, entries: list) -> None:
-        wrong = [f"{e.name}: {e.ip} is not {e.host}'s address {net.net.get(e.host).IP()}"
-                 for e in entries if net.net.get(e.host).IP() != e.ip]
+    def _check_addresses(net: Hosts, entries: list) -> None:
+        wrong = [f"{e.name}: {e.ip} is not {e.host}'s address {net.ip(e.host)}"
+                 for e in entries if net.ip(e.host) != e.ip]
         if wrong:
             raise ExperimentError("dht.json does not match the network: " + "; ".join(wrong))
 
-    def _write_manifest(self, run_dir: Path, info: dict, emulation: str, slots: list[Slot], summary: dict) -> None:
+    def _write_manifest(self, run_dir: Path, info: dict, emulation: str, source: str, summary: dict) -> None:
         path = run_dir / "manifest.json"
         manifest = json.loads(path.read_text())
         manifest.update({
-            "source": "mininet",
+            "source": source,
             "command": sys.argv,
             "topology": {**info, "emulation": emulation},
             "placement": [{**s.slot.to_dict(), "endpoint": s.endpoint, "exit": s.proc.returncode,
                            **({"id": s.node_id} if s.node_id else {})} for s in self.started],
-            "summary": summary,
+            "summary": summary,  # written last: a run directory with a summary is complete
         })
-        manifest["versions"].update({"mininet": _mininet_version(), "kernel": platform.release()})
+        if source == "mininet":
+            manifest["versions"].update({"mininet": _mininet_version(), "kernel": platform.release()})
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(manifest, indent=2) + "\n")
         os.replace(tmp, path)
-
-
-def topics_for(index: int, per: int, topics: int) -> list[str]:
-    """The topics of the index-th publisher (or subscriber): `per` consecutive ones of `topics`, each
-    process starting one further on, so that every topic is covered while there are processes."""
-    return [f"topic{(index + i) % topics}" for i in range(min(per, topics))]
-
-
-def summarize(run_dir: Path) -> dict:
-    """Deliveries, their latency p50/p99/min (in all and per topic), lookups and their mean hops, from
-    RUN's JSON Lines."""
-    latencies: dict[str, list[float]] = {}
-    lookups_hops, modes = [], set()
-    for f in sorted((run_dir / "deliveries").glob("*.jsonl")):
-        for row in read_jsonl(f):
-            latencies.setdefault(str(row["topic"]), []).append(float(row["latency_ms"]))
-            modes.add(row.get("mode"))
-    for f in sorted((run_dir / "lookups").glob("*.jsonl")):
-        lookups_hops += [int(r["hops"]) for r in read_jsonl(f) if r.get("ok", True)]
-    sent: dict[str, int] = {}
-    for f in (run_dir / "logs").glob("*.sent.jsonl"):
-        for row in read_jsonl(f):
-            sent[str(row["topic"])] = sent.get(str(row["topic"]), 0) + 1
-    every = np.asarray([x for v in latencies.values() for x in v])
-    return {
-        "sent": sum(sent.values()), "deliveries": int(every.size), "modes": sorted(m for m in modes if m),
-        "latency_ms": _latency(every),
-        "topics": {t: {"sent": sent.get(t, 0), "deliveries": len(latencies.get(t, [])),
-                       "latency_ms": _latency(np.asarray(latencies.get(t, [])))}
-                   for t in sorted(set(sent) | set(latencies))},
-        "lookups": len(lookups_hops),
-        "mean_hops": _round(np.mean(lookups_hops)) if lookups_hops else None,
-    }
-
-
-def _latency(lat: np.ndarray) -> dict:
-    return {"min": _round(lat.min()) if lat.size else None,
-            "p50": _round(np.percentile(lat, 50)) if lat.size else None,
-            "p99": _round(np.percentile(lat, 99)) if lat.size else None}
-
-
-def _round(x: float) -> float:
-    return round(float(x), 3)
-
-
-def _tail(path: Path, lines: int = 4) -> str:
-    if not path.exists():
-        return "no output"
-    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "no output"
 
 
 def _mininet_version() -> str:

@@ -130,6 +130,15 @@ def make_run_dir(root: str | os.PathLike, run: str, config: dict) -> Path:
     return run_dir
 
 
+def run_complete(run_dir: Path) -> bool:
+    """A run directory is complete when its manifest holds the run's summary, which an experiment
+    writes last (a run cut short by Ctrl-C or a failure has none)."""
+    try:
+        return "summary" in json.loads((Path(run_dir) / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
 def _versions() -> dict[str, str]:
     from importlib import metadata
 
