@@ -136,3 +136,22 @@ def test_a_course_file_that_disagrees_with_the_network_is_refused(clean_host, tm
 def test_bad_options_get_one_line_and_start_nothing(clean_host, tmp_path, args, words):
     one_error_line(run_cli("mininet", "run", *args, "--out", str(tmp_path)), words)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_2x2x2_study_on_mininet_reports_every_point_with_spark(clean_host, tmp_path):
+    from topologies.study import StudySpec, run_study
+
+    spec = StudySpec.make({"pubs": [1, 2], "subs": [1, 2], "mode": ["direct", "relay"], "delay": ["2ms"]},
+                          {"backend": "mininet", "seconds": 1, "stabilize": 0.3})
+    summary = run_study(spec, tmp_path / "st")
+    assert (summary["points"], summary["ran"], summary["skipped"]) == (8, 8, 0)
+    again = run_study(spec, tmp_path / "st")
+    assert (again["ran"], again["skipped"]) == (0, 8), "a finished study is not run again"
+    report = run_cli("study", "report", str(tmp_path / "st"), "--json", timeout=300)
+    assert report.returncode == 0, report.stderr
+    points = json.loads(report.stdout)["points"]
+    assert len(points) == 8 and all(p["topo"] == f"single,{2 + p['pubs'] + p['subs']}" for p in points)
+    for p in points:
+        manifest = json.loads((tmp_path / "st" / "runs" / p["runs"][0] / "manifest.json").read_text())
+        assert manifest["source"] == "mininet" and manifest["summary"]["deliveries"] == p["deliveries"] > 0
+        assert p["latency_p50_ms"] >= 4.0, "every delivery crosses two 2 ms links"

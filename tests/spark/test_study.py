@@ -1,0 +1,92 @@
+"""A 2×2×2 study on the local backend through the CLI: interrupted, resumed without redoing what was
+done, and reported by Spark with the same figures `chordpub analyze` gives each run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chordpub.launcher import stop_processes, wait_for
+from tests.conftest import one_error_line, run_cli
+from traces.writer import run_complete
+
+pytestmark = pytest.mark.spark
+
+GRID = ["--backend", "local", "--pubs", "1,2", "--subs", "1,2", "--mode", "direct,relay", "--seconds", "1",
+        "--rate", "20"]
+
+
+def ours(study: Path) -> list[str]:
+    """Processes whose command line names the study directory (every process a point starts does)."""
+    out = subprocess.run(["pgrep", "-af", str(study)], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def done_points(study: Path) -> dict[str, float]:
+    runs = study / "runs"
+    return {d.name: (d / "manifest.json").stat().st_mtime for d in sorted(runs.iterdir()) if run_complete(d)} \
+        if runs.is_dir() else {}
+
+
+def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spark, tmp_path):
+    study = tmp_path / "st"
+    cli = subprocess.Popen([sys.executable, "-m", "chordpub", "study", "run", *GRID, "--out", str(study), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(done_points(study)) >= 2, 180, what="two finished points")
+        cli.send_signal(signal.SIGINT)  # Ctrl-C, in the middle of the next point
+        _, err = cli.communicate(timeout=60)
+    finally:
+        stop_processes([cli], grace=5)
+    assert cli.returncode == 130 and "interrupted after" in err and "Run the same command again" in err
+    assert ours(study) == [], "the interrupted study left processes running"
+    before = done_points(study)
+    assert 2 <= len(before) < 8
+
+    again = run_cli("study", "run", *GRID, "--out", str(study), "--json", timeout=600)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary == {**summary, "study": str(study), "points": 8, "skipped": len(before), "ran": 8 - len(before)}
+    after = done_points(study)
+    assert len(after) == 8 and all(after[name] == mtime for name, mtime in before.items()), "a done point was redone"
+
+    report = run_cli("study", "report", str(study), "--json", "--png", str(tmp_path / "study.png"), timeout=300)
+    assert report.returncode == 0, report.stderr
+    result = json.loads(report.stdout)
+    assert (tmp_path / "study.png").stat().st_size > 10_000
+    points = {(p["pubs"], p["subs"], p["mode"]): p for p in result["points"]}
+    assert set(points) == {(p, s, m) for p in (1, 2) for s in (1, 2) for m in ("direct", "relay")}
+    analyzed = json.loads(run_cli("analyze", str(study / "runs"), "--json", timeout=300).stdout)
+    for p in points.values():
+        (run,) = p["runs"]
+        rows = [d for d in analyzed["deliveries"] if d["run"] == run]
+        (row,) = rows  # one topic, one mode per point
+        assert (p["deliveries"], p["duplicates"], p["missing"], p["recovered"]) == (
+            row["count"], row["duplicates"], row["missing"], row["recovered"])
+        assert (p["latency_p50_ms"], p["latency_p99_ms"], p["latency_max_ms"]) == (
+            row["latency_p50_ms"], row["latency_p99_ms"], row["latency_max_ms"])
+        (lk,) = [x for x in analyzed["lookups"] if x["run"] == run]
+        assert (p["lookups"], p["mean_hops"]) == (lk["count"], lk["mean_hops"])
+        sent = sum(1 for f in (study / "runs" / run / "logs").glob("*.sent.jsonl")
+                   for line in f.read_text().splitlines() if line)
+        assert p["expected"] == sent * p["subs"] and p["lost"] == p["expected"] - (p["deliveries"] - p["duplicates"])
+        assert p["deliveries"] > 0 and p["latency_p50_ms"] <= p["latency_p90_ms"] <= p["latency_p99_ms"]
+    assert len(result["cdf"]) == 8 and all(len(c["quantiles_ms"]) == 101 for c in result["cdf"])
+    assert set(result["patterns"]) >= {"1", "2", "3", "4", "5"}
+
+
+def test_study_commands_refuse_bad_input_in_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("pubs = [1]\npublishers = 2\n")
+    one_error_line(run_cli("study", "run", str(bad), "--backend", "local"), "unknown key 'publishers'")
+    one_error_line(run_cli("study", "run", "--backend", "local", "--pubs", "1,,2"), "an empty value")
+    one_error_line(run_cli("study", "run", "--backend", "local", "--topo", "single,4"),
+                   "the local backend runs every process on loopback")
+    one_error_line(run_cli("study", "report", str(tmp_path)), "is not a study directory")
+    one_error_line(run_cli("study", "run", "--backend", "local", "--out", str(tmp_path / "no" / "st")),
+                   "does not exist")
