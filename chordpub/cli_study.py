@@ -75,6 +75,7 @@ def run(
         digest = hashlib.sha1(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
         name = spec.settings["name"] or digest
         out = Path("runs") / f"study-{name}"
+        out.parent.mkdir(exist_ok=True)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file")
     if not out.parent.is_dir():
