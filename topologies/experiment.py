@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from topologies.hosts import BACKENDS, Hosts, open_hosts
+from topologies.hosts import BACKENDS, Hosts, graph_for, open_hosts
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
 from topologies.run_summary import summarize, tail, topics_for
 from traces.writer import make_run_dir
@@ -99,6 +99,8 @@ class Experiment:
         cfg = self.config
         cfg.check()
         entries = load_dht_json(cfg.dht_json, cfg.bits) if cfg.dht_json else None
+        if cfg.backend == "mininet":
+            graph_for(cfg.topo, cfg.delay_ms, cfg.seed)  # a bad spec is refused before anything is made
         name = cfg.run or time.strftime(f"{cfg.backend}-%Y%m%d-%H%M%S")
         run_dir = make_run_dir(cfg.out, name, {k: str(v) if isinstance(v, Path) else v
                                                for k, v in asdict(cfg).items()})
