@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from dht.maintenance import Maintainer
-from dht.node import ChordNode, NodeConfig
 from pubsub.archive import ARCHIVE_ACK, ArchiveFeed, archived_publishers, parse_name, segment_name, unpack
 from pubsub.publication import Publication
 
@@ -62,13 +59,6 @@ def test_an_owner_that_died_before_replicating_gets_its_run_sent_again_to_the_ne
     feed.confirmed(written=1, replicated=1)
     assert feed.archived == 15 and [s[1:3] for s in feed.segments] == [(1, 10), (11, 15)]
 
-
-@pytest.fixture
-def node():
-    n = ChordNode(NodeConfig(host="127.0.0.1", port=0, bits=16))
-    yield n
-    n.server.close()
-    n.notifier.close()
 
 
 def test_an_owner_counts_its_writes_and_says_how_many_are_replicated(node):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dht.ids import in_half_open, key_id
-from dht.node import ChordNode, NodeConfig
+from dht.node import ChordNode
 from dht.records import MISSING, Change, FieldValue, RecordTable, change_message, event_frame, events_topic, namespace
 from dht.store import Store, field_key
 
@@ -94,13 +94,6 @@ def test_field_values_refuse_what_no_node_wrote():
         with pytest.raises(ValueError):
             FieldValue.decode(raw)
 
-
-@pytest.fixture
-def node():
-    n = ChordNode(NodeConfig(host="127.0.0.1", port=0, bits=16))
-    yield n
-    n.server.close()
-    n.notifier.close()
 
 
 def records(node: ChordNode, items: list[dict], about: bool = False) -> dict:
