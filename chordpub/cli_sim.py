@@ -91,7 +91,7 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
                                              "constant,ms=X or lognormal,median=M,sigma=S (the default)."),
                 seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
     """Build a converged ring and route lookups on it: hops, latency, speed, memory."""
-    from sim.latency import LatencyError, from_spec, position_delay
+    from sim.latency import LatencyError, from_spec
     from sim.lookup import lookups as run_lookups
     from sim.lookup import trace_of
     from sim.ring import finger_table, random_ring
@@ -107,7 +107,7 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     t1 = time.perf_counter()
     with progress_bar(f"{lookups:,} lookups on {nodes:,} nodes", lookups) as update:
         batch = run_lookups(ring, lookups, seed=None if seed is None else seed + 1, fingers=fingers,
-                            delay=position_delay(model, ring.real), progress=update)
+                            latency=model, progress=update)
     lookup_s = time.perf_counter() - t1
     lat = np.percentile(batch.latency_ms, [50, 99])
     result = {"nodes": nodes, "lookups": lookups, **_hops_summary(batch.hops), "build_s": round(build_s, 4),

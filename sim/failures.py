@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.lookup import Delay, LookupTrace, lookups, trace_of
+from sim.latency import LatencyModel
+from sim.lookup import LookupTrace, lookups, trace_of
 from sim.ring import Ring, RingError, random_ring
 
 
@@ -51,7 +52,7 @@ def check_failures(nodes: int, keys: int, fail: float, replicas: int, successors
 
 def simultaneous_failures(nodes: int, keys: int, fail: float, replicas: int = 1, successors: int = 8,
                           lookup_count: int | None = None, seed: int | None = None, bits: int = 64,
-                          ring: Ring | None = None, delay: Delay | None = None,
+                          ring: Ring | None = None, latency: LatencyModel | None = None,
                           timeout_ms: float = 0.0) -> FailureResult:
     """Fail round(p * nodes) random real nodes, then look up stored keys before and after stabilizing."""
     check_failures(nodes, keys, fail, replicas, successors)
@@ -68,7 +69,7 @@ def simultaneous_failures(nodes: int, keys: int, fail: float, replicas: int = 1,
     pick = rng.integers(0, keys, size=lookup_count or min(keys, 100_000))
 
     stale = lookups(ring, len(pick), keys=stored[pick], alive=alive, seed=rng.integers(1 << 62),
-                    delay=delay, timeout_ms=timeout_ms)
+                    latency=latency, timeout_ms=timeout_ms)
     # the first live node after the key holds it iff it is one of the key's R homes
     reached_holds = ((stale.owners - home[pick]) % n < replicas) & stale.ok
     before = {"failed_lookups": float(1 - reached_holds.mean()), "mean_hops": float(stale.hops.mean()),
@@ -76,14 +77,10 @@ def simultaneous_failures(nodes: int, keys: int, fail: float, replicas: int = 1,
 
     survivors = np.flatnonzero(alive)
     healed = Ring(ring.bits, ring.ids[survivors], ring.real[survivors], successors)
-    settled = lookups(healed, len(pick), keys=stored[pick], seed=rng.integers(1 << 62), delay=_remap(delay, survivors))
+    settled = lookups(healed, len(pick), keys=stored[pick], seed=rng.integers(1 << 62),
+                      latency=latency)
     ok = held[pick] & settled.ok
     return FailureResult(fail, ring.real_nodes, keys, replicas, float(1 - ok.mean()),
                          float(settled.hops.mean()), float(settled.timeouts.mean()),
                          float(1 - held.mean()), before, trace_of(healed, settled, ok=ok))
 
-
-def _remap(delay: Delay | None, survivors: np.ndarray) -> Delay | None:
-    if delay is None:
-        return None
-    return lambda a, b: delay(survivors[a], survivors[b])

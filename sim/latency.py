@@ -124,6 +124,36 @@ def from_spec(spec: str | None, real_nodes: int, seed: int | None = None) -> Lat
         raise LatencyError(str(exc)) from None
 
 
+DelayParams = tuple  # the packed form sim/kernels.py's hop_delay reads
+
+_NO_TABLE = np.zeros((1, 1), dtype=np.float32)
+_NO_INDEX = np.zeros(1, dtype=np.int64)
+_NO_QUANTILES = np.zeros(1, dtype=np.float64)
+
+
+def kernel_params(model: LatencyModel | None, real: np.ndarray) -> DelayParams:
+    """`model` packed for the compiled loops: (mode, ms, quantiles, seed, attach, table, real, mapped).
+
+    `real` maps ring positions to real nodes (virtual nodes share their real node's place); it is
+    skipped when it is the identity."""
+    from sim import kernels
+
+    real = np.ascontiguousarray(real, dtype=np.int64)
+    mapped = not (len(real) and real[0] == 0 and real[-1] == len(real) - 1
+                  and np.array_equal(real, np.arange(len(real))))
+    mode, ms, quantiles, seed, attach, table = kernels.NO_DELAY, 0.0, _NO_QUANTILES, 0, _NO_INDEX, _NO_TABLE
+    if isinstance(model, ConstantLatency):
+        mode, ms = kernels.CONSTANT, float(model.ms)
+    elif isinstance(model, LognormalLatency):
+        mode, quantiles, seed = kernels.LOGNORMAL, model.quantiles.astype(np.float64), model.seed
+    elif isinstance(model, TopologyLatency):
+        mode = kernels.TABLE
+        attach = np.ascontiguousarray(model.attach, dtype=np.int64)
+        table = np.ascontiguousarray(model.table, dtype=np.float32)
+    return (np.int64(mode), np.float64(ms), quantiles, np.uint64(seed), attach, table,
+            real if mapped else _NO_INDEX, mapped)
+
+
 def position_delay(model: LatencyModel, real: np.ndarray):
     """A hop-delay function over ring positions (virtual nodes map to their real node)."""
     if np.array_equal(real, np.arange(len(real))):

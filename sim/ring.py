@@ -2,14 +2,13 @@
 
 A converged Chord ring is fully determined by its sorted ids: node i's successor is i + 1, its
 successor list is i + 1 .. i + r, and its finger j is successor(id_i + 2^j) (ToN'03 §IV-A).
-So the simulator stores only the ids (8 bytes a node; 10^7 nodes in 80 MB) and computes the one
-finger a routing step needs with a binary search (sim/lookup.py). Virtual nodes: V ids per real
+So the simulator stores only the ids (8 bytes a node; 10^7 nodes in 80 MB) and derives the one
+finger a routing step needs (sim/lookup.py). Virtual nodes: V ids per real
 node, `real` mapping each position back to its real node.
 
-Fingers: finger j of a node is its successor list's farthest entry or nearer for every j with
-2^j below a few average gaps, so only the top ~log2(N) + 2 levels are worth storing. `FingerTable`
-keeps those (positions, int32 where they fit: 26 columns, 1 GB, at 10^7 nodes) and routing falls
-back to a binary search on the rare step that needs a lower level.
+Fingers are not stored for plain Chord: a bucket index over the ids' top bits (about one id a
+bucket) finds successor(x) in two cache lines, so a ring of 10^8 nodes is its ids and its index
+(1.3 GB). Under proximity neighbour selection the top ~log2(N) + 2 levels are stored (`FingerTable`).
 """
 
 from __future__ import annotations
@@ -62,37 +61,73 @@ class Ring:
 
 @dataclass(frozen=True)
 class FingerTable:
-    """Fingers base..bits-1 of every position: `table[i, j - base]` = successor(id_i + 2^j)."""
+    """Fingers base..bits-1 of every position: `table[j - base, i]` = finger j of position i; the
+    levels below `base` are derived when a routing step asks for one, through the bucket index.
+
+    Plain Chord's finger j is successor(id_i + 2^j), which the bucket index finds in two cache lines,
+    so nothing is stored (base = bits) and a ring costs its ids and its index. Under PNS (`pns` = k > 1)
+    finger j is the nearest of the first k nodes of [id_i + 2^j, id_i + 2^(j+1)) (sim/proximity.py):
+    the levels where that is a real choice are stored.
+    """
 
     base: int
-    table: np.ndarray  # (size, bits - base) positions
+    table: np.ndarray  # (bits - base, size) positions, one row per level
+    index: np.ndarray  # int64 (2^B + 1): first position whose id >> shift is >= b
+    shift: int
+    pns: int = 0
+    delay: tuple | None = None  # sim/latency.py kernel_params: what PNS measured distance with
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes
+        return self.table.nbytes + self.index.nbytes
+
+    def routing(self, ring: Ring) -> tuple:
+        """The packed routing state sim/kernels.py's loops take."""
+        from sim.latency import kernel_params
+
+        pd = self.delay if self.delay is not None else kernel_params(None, ring.real[:1])
+        return (ring.ids, ring.mask, ring.bits, ring.r, self.table, self.base, self.pns, pd, self.index,
+                np.uint64(self.shift))
 
 
-def finger_table(ring: Ring, slack: int = 2) -> FingerTable:
-    """The top levels of every node's fingers, one sorted binary search per level (ToN'03 §IV-C).
+def stored_levels(n: int, bits: int, slack: int = 2) -> int:
+    """The first finger level worth storing: lower ones reach less than 2^-slack of an average gap
+    past the node, so they are nearly always its successor and routing seldom asks for them."""
+    return max(0, bits - max(1, (n - 1).bit_length()) - slack)
 
-    Levels below `base` = bits - ceil(log2 N) - slack reach less than 2^-slack of an average gap
-    past the node, so they are nearly always its successor and routing seldom asks for them.
-    """
+
+def bucket_index(ring: Ring) -> tuple[np.ndarray, int]:
+    """(index, shift): about one id a bucket of the top B bits; index[b] = first position with
+    id >> shift >= b (the size when none), one extra entry so a bucket's end is index[b + 1]."""
     n, bits = ring.size, ring.bits
-    base = max(0, bits - max(1, (n - 1).bit_length()) - slack)
+    width = min(bits, max(1, (max(n, 2) - 1).bit_length()))
+    shift = bits - width
+    counts = np.bincount((ring.ids >> np.uint64(shift)).astype(np.int64), minlength=1 << width)
+    index = np.zeros((1 << width) + 1, dtype=np.int64)
+    np.cumsum(counts, out=index[1:])
+    return index, shift
+
+
+def finger_table(ring: Ring, pns: int = 0, delay: tuple | None = None, slack: int = 2) -> FingerTable:
+    """Every node's fingers (ToN'03 §IV-C): the bucket index, and under PNS the top levels stored.
+
+    `pns` > 1 picks each finger by proximity with `delay` (sim/latency.py kernel_params); the stored
+    levels are computed by a linear merge per level, then each finger's choice, on every core.
+    """
+    from sim import kernels
+
+    n, bits = ring.size, ring.bits
+    index, shift = bucket_index(ring)
+    pns = pns if pns > 1 else 0
+    base = stored_levels(n, bits, slack) if pns else bits
     dtype = np.int32 if n < (1 << 31) else np.int64
-    table = np.empty((n, bits - base), dtype=dtype)
-    top = 1 << bits
-    for j in range(base, bits):
-        # ids + 2^j is sorted but for one wrap: search the two runs apart so each stays sorted,
-        # which keeps numpy's binary search cache-friendly (10x faster than random needles)
-        wrap = int(np.searchsorted(ring.ids, np.uint64(top - (1 << j)), side="left"))
-        targets = (ring.ids + np.uint64(1 << j)) & ring.mask
-        col = table[:, j - base]
-        col[:wrap] = np.searchsorted(ring.ids, targets[:wrap], side="left")
-        col[wrap:] = np.searchsorted(ring.ids, targets[wrap:], side="left")
-        col[col == n] = 0
-    return FingerTable(base, table)
+    table = np.empty((bits - base, n), dtype=dtype)
+    if pns:
+        if delay is None:
+            raise ValueError("proximity neighbour selection needs a delay model to choose by")
+        kernels.finger_columns(ring.ids, ring.mask, bits, base, table)
+        kernels.pns_columns(ring.ids, ring.mask, bits, base, pns, delay, table)
+    return FingerTable(base, table, index, shift, pns, delay if pns else None)
 
 
 def check(nodes: int, bits: int, virtual: int = 1) -> None:
@@ -108,26 +143,29 @@ def check(nodes: int, bits: int, virtual: int = 1) -> None:
 
 def random_ring(nodes: int, bits: int = 64, seed: int | None = None, virtual: int = 1,
                 successors: int = 8) -> Ring:
-    """`nodes` real nodes with `virtual` uniformly random distinct ids each."""
+    """`nodes` real nodes with `virtual` uniformly random distinct ids each.
+
+    The ids are drawn independently, so which real node sits at which sorted position is a uniformly
+    random assignment: identity with one id per node, a random permutation with virtual nodes. That
+    spares the argsort of a shuffle (a sort and a duplicate check make a ring of 10^7 in about a second).
+    """
     check(nodes, bits, virtual)
     rng = np.random.default_rng(seed)
     want = nodes * virtual
     high = np.uint64((1 << bits) - 1)
-    ids = rng.integers(0, high, size=want, dtype=np.uint64, endpoint=True)
-    real = np.repeat(np.arange(nodes, dtype=np.int64), virtual)
-    ids, first = np.unique(ids, return_index=True)
-    while len(ids) < want:  # collisions: rare at 64 bits, possible on small id spaces
+    ids = np.sort(rng.integers(0, high, size=want, dtype=np.uint64, endpoint=True))
+    while True:  # collisions: rare at 64 bits, possible on small id spaces
+        dup = np.flatnonzero(ids[1:] == ids[:-1])
+        if not dup.size:
+            break
+        ids = np.delete(ids, dup)
         extra = rng.integers(0, high, size=want - len(ids), dtype=np.uint64, endpoint=True)
-        ids, first = _merge(ids, first, extra, want)
-    return Ring(bits, ids, real[first], successors)
-
-
-def _merge(ids: np.ndarray, first: np.ndarray, extra: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
-    missing = np.setdiff1d(np.arange(want), first)[: len(extra)]
-    allids = np.concatenate([ids, extra])
-    owners = np.concatenate([first, missing])
-    ids2, pick = np.unique(allids, return_index=True)
-    return ids2, owners[pick]
+        ids = np.sort(np.concatenate([ids, extra]))
+    if virtual == 1:
+        real = np.arange(nodes, dtype=np.int64)
+    else:
+        real = rng.permutation(want) // virtual
+    return Ring(bits, ids, real, successors)
 
 
 def ring_from_ids(ids, bits: int = 64, successors: int = 8) -> Ring:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dht.ids import key_id
-from sim.latency import ConstantLatency, LatencyError, LognormalLatency, from_spec, position_delay, topology_latency
+from sim.latency import ConstantLatency, LatencyError, LognormalLatency, from_spec, topology_latency
 from sim.lookup import lookups
 from sim.ring import ring_from_ids
 from tests.unit.test_sim_crosscheck import routing_tables
@@ -50,7 +50,7 @@ def test_lookup_latency_is_the_sum_of_its_hops_shortest_path_delays():
     assert sorted(model.host_names) == ["a", "b", "c", "d"]
     dist = dict(nx.all_pairs_dijkstra_path_length(g, weight="delay_ms"))
     assert dist["a"]["d"] == 15.0  # round through the switches, not the 30 ms link
-    batch = lookups(ring, 500, seed=4, delay=position_delay(model, ring.real))
+    batch = lookups(ring, 500, seed=4, latency=model)
     tables = routing_tables(ids, 64, 2)
     host_of = {int(ring.ids[pos]): model.host_names[model.attach[ring.real[pos]]] for pos in range(n)}
     multi_hop = 0
@@ -67,7 +67,7 @@ def test_timeouts_add_their_cost_and_no_model_gives_no_latency():
     ring = ring_from_ids([key_id(f"t-{i}") for i in range(200)], successors=3)
     alive = np.ones(ring.size, dtype=bool)
     alive[::3] = False
-    b = lookups(ring, 300, seed=1, alive=alive, delay=position_delay(ConstantLatency(5.0), ring.real),
+    b = lookups(ring, 300, seed=1, alive=alive, latency=ConstantLatency(5.0),
                 timeout_ms=100.0)
     assert np.allclose(b.latency_ms, 5.0 * b.hops + 100.0 * b.timeouts)
     assert b.timeouts.sum() > 0
