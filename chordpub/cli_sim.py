@@ -89,11 +89,22 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
                 successors: int = typer.Option(8, min=1, help="Successor-list length r."),
                 topology: str = typer.Option(None, help="Hop-delay model: a topology spec (waxman,n=200 ...), "
                                              "constant,ms=X or lognormal,median=M,sigma=S (the default)."),
+                pns: int = typer.Option(0, min=0, help="Proximity neighbour selection: each finger is the nearest "
+                                        "of up to K nodes of its interval (0: plain Chord). The same lookups are "
+                                        "also routed without it, for comparison."),
+                iterative: bool = typer.Option(False, "--iterative", help="Latency as the live client sees it: "
+                                               "round trips from the origin to each node asked (default: "
+                                               "recursive, each node forwards to the next)."),
                 seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
-    """Build a converged ring and route lookups on it: hops, latency, speed, memory."""
+    """Build a converged ring and route lookups on it: hops, latency, stretch, speed, memory.
+
+    Stretch is the lookup's latency over the direct latency from origin to owner; lookups on all
+    cores (compiled: the first run on a machine compiles for a few seconds, `jit_s`).
+    """
     from sim.latency import LatencyError, from_spec
     from sim.lookup import lookups as run_lookups
     from sim.lookup import trace_of
+    from sim.proximity import pns_fingers, stretch, stretch_summary
     from sim.ring import finger_table, random_ring
 
     try:
@@ -102,30 +113,58 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
         raise ValueError(f"--topology: {exc}") from None
     t0 = time.perf_counter()
     ring = random_ring(nodes, bits, seed=seed, virtual=virtual, successors=successors)
-    fingers = finger_table(ring)
+    plain = finger_table(ring)
     build_s = time.perf_counter() - t0
+    tj = time.perf_counter()
+    run_lookups(ring, 1, seed=0, fingers=plain, latency=model, iterative=iterative)  # load the compiled loops
+    jit_s = time.perf_counter() - tj
+    fingers, pns_s = plain, 0.0
+    if pns > 1:
+        tp = time.perf_counter()
+        fingers = pns_fingers(ring, pns, model)
+        pns_s = time.perf_counter() - tp
     t1 = time.perf_counter()
     with progress_bar(f"{lookups:,} lookups on {nodes:,} nodes", lookups) as update:
         batch = run_lookups(ring, lookups, seed=None if seed is None else seed + 1, fingers=fingers,
-                            latency=model, progress=update)
+                            latency=model, iterative=iterative, progress=update)
     lookup_s = time.perf_counter() - t1
     lat = np.percentile(batch.latency_ms, [50, 99])
     result = {"nodes": nodes, "lookups": lookups, **_hops_summary(batch.hops), "build_s": round(build_s, 4),
-              "lookup_s": round(lookup_s, 4), "peak_rss_mb": round(peak_rss_mb(), 1), "virtual": virtual,
-              "bits": bits, "successors": successors, "lookups_per_s": round(lookups / lookup_s),
-              "latency_p50_ms": float(lat[0]), "latency_p99_ms": float(lat[1]),
-              "topology": topology or "lognormal,median=50,sigma=0.5"}
+              "lookup_s": round(lookup_s, 4), "jit_s": round(jit_s, 3), "peak_rss_mb": round(peak_rss_mb(), 1),
+              "virtual": virtual, "bits": bits, "successors": successors,
+              "lookups_per_s": round(lookups / lookup_s), "latency_p50_ms": float(lat[0]),
+              "latency_p99_ms": float(lat[1]), "topology": topology or "lognormal,median=50,sigma=0.5",
+              "pns": pns, "routing": "iterative" if iterative else "recursive",
+              **stretch_summary(stretch(ring, batch, model, iterative))}
+    if pns > 1:
+        base = run_lookups(ring, lookups, keys=batch.keys, origins=batch.origins, fingers=plain, latency=model,
+                           iterative=iterative)
+        plain_stretch = stretch_summary(stretch(ring, base, model, iterative))
+        plain_p50 = float(np.percentile(base.latency_ms, 50))
+        result.update({"pns_build_s": round(pns_s, 4), "plain_mean_hops": float(base.hops.mean()),
+                       "plain_latency_p50_ms": plain_p50,
+                       **{f"plain_{k}": v for k, v in plain_stretch.items() if k != "stretch_excluded"},
+                       "latency_p50_reduction": 1 - float(lat[0]) / plain_p50 if plain_p50 > 0 else 0.0})
     if out:
         run_dir = start_run(out, {"command": "sim lookups", **{k: result[k] for k in
-                                  ("nodes", "lookups", "virtual", "bits", "successors", "topology")}, "seed": seed})
+                                  ("nodes", "lookups", "virtual", "bits", "successors", "topology", "pns",
+                                   "routing")}, "seed": seed})
         write_lookups(run_dir, "sim", out.name, nodes, trace_of(ring, batch))
         result["run"] = str(run_dir)
-    emit(result, as_json, [
-        f"{nodes:,} nodes, {lookups:,} lookups: mean {result['mean_hops']:.3f} hops "
-        f"(p1 {result['p1_hops']:g}, p50 {result['p50_hops']:g}, p99 {result['p99_hops']:g}); "
-        f"latency p50 {lat[0]:.1f} ms, p99 {lat[1]:.1f} ms",
-        f"build {build_s:.2f} s, lookups {lookup_s:.2f} s ({result['lookups_per_s']:,}/s), "
-        f"peak RSS {result['peak_rss_mb']:.0f} MB" + (f"; traces in {result['run']}" if out else "")])
+    lines = [f"{nodes:,} nodes, {lookups:,} lookups: mean {result['mean_hops']:.3f} hops "
+             f"(p1 {result['p1_hops']:g}, p50 {result['p50_hops']:g}, p99 {result['p99_hops']:g}); "
+             f"latency p50 {lat[0]:.1f} ms, p99 {lat[1]:.1f} ms; stretch p50 {_fmt(result['stretch_p50'])}",
+             f"build {build_s:.2f} s, lookups {lookup_s:.2f} s ({result['lookups_per_s']:,}/s), "
+             f"peak RSS {result['peak_rss_mb']:.0f} MB" + (f"; traces in {result['run']}" if out else "")]
+    if pns > 1:
+        lines.append(f"PNS({pns}) vs plain Chord on the same lookups: stretch p50 {_fmt(result['stretch_p50'])} vs "
+                     f"{_fmt(result['plain_stretch_p50'])}, latency p50 {lat[0]:.1f} vs "
+                     f"{result['plain_latency_p50_ms']:.1f} ms ({result['latency_p50_reduction']:.0%} lower)")
+    emit(result, as_json, lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 @sim_app.command("load")

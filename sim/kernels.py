@@ -140,9 +140,11 @@ def finger_columns(ids, mask, bits, base, out):
 def pns_columns(ids, mask, bits, base, k, d, out):
     """Replace each stored finger by its PNS choice among k candidates (out as from finger_columns)."""
     n = len(ids)
+    d0, d1, d2, d3, d4, d5, d6, d7 = d  # a parallel loop takes no tuple of arrays
     for i in prange(n):
+        dl = (d0, d1, d2, d3, d4, d5, d6, d7)
         for col in range(out.shape[0]):
-            out[col, i] = pns_pick(i, np.int64(out[col, i]), base + col, k, ids, mask, bits, d)
+            out[col, i] = pns_pick(np.int64(i), np.int64(out[col, i]), base + col, k, ids, mask, bits, dl)
 
 
 # The routing state the loops below share, packed in one tuple `rt`:

@@ -1,0 +1,112 @@
+"""Proximity neighbour selection in the simulator, and the latency stretch it is judged by.
+
+Chord's finger i of node n may be any node of [n + 2^i, n + 2^(i+1)) without changing the lookup's
+hop bound, so a node can take the nearest of a few (Gummadi et al., "The impact of DHT routing
+geometry on resilience and proximity", SIGCOMM'03, §4: proximity neighbour selection; Dabek et al.,
+"Designing a DHT for low latency and high throughput", NSDI'04, §4.2, with 16 samples). The live
+node (dht/proximity.py) samples the interval's first node and its successors, up to K, and keeps
+the one with the lowest measured round trip; the simulator takes the same K candidates and the
+lowest model delay (sim/kernels.py's pns_pick), so both pick the same finger on the same network.
+
+Stretch is what PNS buys: the lookup's latency (the one `sim lookups` reports, until a node names
+the owner) over the direct latency from origin to owner. Two ways of routing, two stretches:
+- recursive (each node forwards to the next, the papers' setting): the path's hop delays over the
+  one-way delay origin -> owner;
+- iterative (the live client's: the origin asks every node itself): the round trips from the origin
+  to each node asked, over one round trip origin -> owner.
+Lookups whose origin and owner share a place (zero direct delay) have no stretch and are left out.
+The last hops of a lookup cross intervals of one or two nodes, where PNS has nothing to choose from,
+so each costs a random pair's delay: stretch falls with K towards about 2, not to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.latency import LatencyModel, from_spec, kernel_params, position_delay
+from sim.lookup import LookupBatch, lookups
+from sim.ring import FingerTable, Ring, finger_table, random_ring
+
+PNS_SAMPLES = (0, 2, 4, 8, 16)  # the K values of the stretch figure (0: plain Chord)
+STRETCH_TOPOLOGIES = ("transit_stub,transits=4,transit_size=8,stubs=3,stub_size=8",
+                      "lognormal,median=50,sigma=0.5")
+
+
+def pns_fingers(ring: Ring, k: int, model: LatencyModel) -> FingerTable:
+    """The ring's fingers chosen by proximity among k samples (k < 2: plain Chord's)."""
+    return finger_table(ring, pns=k, delay=kernel_params(model, ring.real))
+
+
+def stretch(ring: Ring, batch: LookupBatch, model: LatencyModel, iterative: bool = False) -> np.ndarray:
+    """Each successful lookup's latency stretch (NaN where origin and owner share a place or it failed)."""
+    delay = position_delay(model, ring.real)
+    ok = batch.ok
+    direct = delay(batch.origins, np.where(ok, batch.owners, 0)) * (2.0 if iterative else 1.0)
+    out = np.full(len(batch), np.nan)
+    good = ok & (direct > 0)
+    out[good] = batch.latency_ms[good] / direct[good]
+    return out
+
+
+def stretch_summary(values: np.ndarray) -> dict:
+    """stretch_mean, stretch_p50, stretch_p99 over the lookups that have one, and how many had none."""
+    have = values[~np.isnan(values)]
+    if not have.size:
+        return {"stretch_mean": None, "stretch_p50": None, "stretch_p99": None, "stretch_excluded": len(values)}
+    p50, p99 = np.percentile(have, [50, 99])
+    return {"stretch_mean": float(have.mean()), "stretch_p50": float(p50), "stretch_p99": float(p99),
+            "stretch_excluded": int(len(values) - have.size)}
+
+
+@dataclass
+class Comparison:
+    """The same ring, keys and origins routed with plain fingers and with PNS fingers."""
+
+    plain: LookupBatch
+    pns: LookupBatch
+    plain_stretch: np.ndarray
+    pns_stretch: np.ndarray
+
+    def summary(self) -> dict:
+        ps, qs = stretch_summary(self.plain_stretch), stretch_summary(self.pns_stretch)
+        plain_p50, pns_p50 = np.percentile(self.plain.latency_ms, 50), np.percentile(self.pns.latency_ms, 50)
+        return {**qs, "plain_stretch_mean": ps["stretch_mean"], "plain_stretch_p50": ps["stretch_p50"],
+                "plain_stretch_p99": ps["stretch_p99"], "plain_latency_p50_ms": float(plain_p50),
+                "pns_latency_p50_ms": float(pns_p50),
+                "latency_p50_reduction": float(1 - pns_p50 / plain_p50) if plain_p50 > 0 else 0.0}
+
+
+def compare(ring: Ring, model: LatencyModel, k: int, count: int, seed: int | None = None,
+            keys: np.ndarray | None = None, origins: np.ndarray | None = None,
+            iterative: bool = False) -> Comparison:
+    """Route the same lookups over plain Chord fingers and over PNS(k) fingers of one ring."""
+    plain = lookups(ring, count, seed=seed, keys=keys, origins=origins, latency=model, iterative=iterative)
+    pns = lookups(ring, count, keys=plain.keys, origins=plain.origins, latency=model, iterative=iterative,
+                  fingers=pns_fingers(ring, k, model))
+    return Comparison(plain, pns, stretch(ring, plain, model, iterative), stretch(ring, pns, model, iterative))
+
+
+def stretch_curve(nodes: list[int], samples: tuple[int, ...] = PNS_SAMPLES,
+                  topologies: tuple[str, ...] = STRETCH_TOPOLOGIES, lookup_count: int = 20_000,
+                  seed: int = 0, iterative: bool = False, progress=None) -> list[dict]:
+    """Median and mean stretch against N for each K and delay model: the PNS figure's rows."""
+    rows = []
+    done = 0
+    for spec in topologies:
+        for n in nodes:
+            ring = random_ring(n, seed=seed + n)
+            model = from_spec(spec, n, seed)
+            first = lookups(ring, lookup_count, seed=seed + n + 1, latency=model, iterative=iterative)
+            for k in samples:
+                batch = first if k < 2 else lookups(ring, lookup_count, keys=first.keys, origins=first.origins,
+                                                    latency=model, iterative=iterative,
+                                                    fingers=pns_fingers(ring, k, model))
+                s = stretch_summary(stretch(ring, batch, model, iterative))
+                rows.append({"topology": spec, "nodes": n, "pns": k, "mean_hops": float(batch.hops.mean()),
+                             "latency_p50_ms": float(np.percentile(batch.latency_ms, 50)), **s})
+                done += 1
+                if progress:
+                    progress(done)
+    return rows
