@@ -44,6 +44,8 @@ def node_start(
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
+    pns: int = typer.Option(0, min=0, max=64, help="Proximity neighbour selection: each finger is the node with "
+                            "the lowest measured round trip among up to K of its interval (0: plain Chord)."),
     data_dir: Path = typer.Option(None, help="Keep the store in DIR/store.sqlite3; restarted with the same id "
                                   "the node rejoins with its keys."),
     trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
@@ -63,7 +65,8 @@ def node_start(
     if join:
         endpoint_arg(join)
     config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
-                        successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir)
+                        successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
+                        pns=pns)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter
@@ -119,7 +122,7 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
     """Show a node's id, predecessor, successor list, fingers and key count."""
     with dht_client(endpoint, curve) as client:
         info = client.info()
-    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys")}
+    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -127,10 +130,11 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
             if f is not None and f not in distinct:
                 distinct.append(f)
         return "\n".join([
-            f"node        {o['endpoint']}  id {o['id']}",
+            f"node        {o['endpoint']}  id {o['id']}" + (f"  (PNS, {o['pns']} samples)" if o["pns"] else ""),
             f"predecessor {peer_text(o['predecessor'])}",
             "successors  " + ", ".join(s["endpoint"] for s in o["successors"]),
-            f"fingers     {len(distinct)} distinct: " + ", ".join(f["endpoint"] for f in distinct),
+            f"fingers     {len(distinct)} distinct: " + ", ".join(
+                f["endpoint"] + ("" if f.get("rtt_ms") is None else f" ({f['rtt_ms']:.1f} ms)") for f in distinct),
             f"keys        {o['keys']} owned",
         ])
 

@@ -188,6 +188,13 @@ class DhtClient:
             raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
         for k in ("keys", "stored", "replicas", "r", "rounds", "joined"):
             out[k] = body.get(k)
+        out["pns"] = body.get("pns", 0)
+        rtts = body.get("finger_rtt_ms")
+        if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):
+            rtts = [None] * len(out["fingers"])
+        for f, ms in zip(out["fingers"], rtts, strict=True):
+            if f is not None:
+                f["rtt_ms"] = ms if isinstance(ms, int | float) and not isinstance(ms, bool) else None
         services = body.get("services")
         out["services"] = services if isinstance(services, dict) else {}
         traffic = body.get("traffic")

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from dht import wire
 from dht.client import iterative_lookup, unreachable
 from dht.ids import in_half_open, in_open
+from dht.proximity import RoundTrips, choose, interval_candidates
 from dht.records import Change, namespace
 from dht.routing import Peer
 from dht.store import EntryTuple, entry_key_id, split_field_key
@@ -51,6 +52,7 @@ class MaintainedNode(Protocol):
     timeout: float
     rounds: int
     maintainer_rpc: Any
+    round_trips: Any  # dht/proximity.py RoundTrips, set by the Maintainer
 
     def write_field(self, composite: str, raw: bytes | None) -> int: ...
 
@@ -70,6 +72,9 @@ class Maintainer:
         self.me = node.me
         self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
         node.maintainer_rpc = self.rpc  # its traffic shows in `info`
+        self.round_trips = RoundTrips()  # every call's round trip: PNS chooses fingers by them
+        self.rpc.on_rtt = self.round_trips.observe
+        node.round_trips = self.round_trips
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
         self._quiet_rounds = 0
@@ -228,12 +233,45 @@ class Maintainer:
                     continue
                 owner = found.owner
             with lock:
-                changed = changed or self.routing.fingers[i] != owner
-                i = self.routing.set_finger(i, owner)[-1] + 1
+                before = list(self.routing.fingers)
+                last = self.routing.set_finger(i, owner)[-1]
+            if self.config.pns > 1 and owner != self.me:
+                self.pick_by_proximity(last, owner, before[last])
+            with lock:
+                changed = changed or self.routing.fingers[i:last + 1] != before[i:last + 1]
+            i = last + 1
             if not full and owner != succ:
                 break
         self._next_finger = i if i < self.config.bits else 0
         self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
+
+    def pick_by_proximity(self, level: int, first: Peer, current: Peer | None) -> None:
+        """Finger `level` := the nearest of up to K nodes of its interval, `first` (the interval's first
+        node, just found) and its successors, by this node's round trips (dht/proximity.py). The
+        successors come from `get_links`, whose reply also times `first`; a sample never heard from is
+        pinged once."""
+        k, bits = self.config.pns, self.config.bits
+        candidates = interval_candidates(self.me.id, level, bits, first, [], k)
+        tail = first
+        while len(candidates) < k and candidates[-1] == tail:
+            links = self.rpc.call(tail.endpoint, "get_links")
+            if not links.ok:
+                break
+            try:
+                following = wire.decode_peers(links.get("successors", []))
+            except wire.WireError:
+                break
+            more = interval_candidates(self.me.id, level, bits, candidates[0], candidates[1:] + following, k)
+            if len(more) == len(candidates):
+                break
+            candidates, tail = more, more[-1]
+        for p in candidates:
+            for _ in range(2):  # a first call to a peer also opens the connection: it is not timed
+                if self.round_trips.get(p.endpoint) is None and not self.node.stopped.is_set():
+                    self.rpc.call(p.endpoint, "ping")
+        chosen = choose(candidates, lambda p: self.round_trips.get(p.endpoint), current)
+        with self.node.lock:
+            self.routing.fingers[level] = chosen
 
     def local_first_ask(self, endpoint: str, k: int, avoid: Collection[str]) -> Reply:
         """A lookup step: ours from the table, others' by RPC; a peer that times out is forgotten."""

@@ -46,6 +46,7 @@ class NodeConfig:
     on_lookup: Callable[[object], None] | None = field(default=None, repr=False)
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
+    pns: int = 0  # proximity neighbour selection: each finger the nearest of up to K samples (0: plain)
 
     def validate(self) -> None:
         check_bits(self.bits)
@@ -59,6 +60,8 @@ class NodeConfig:
             raise ValueError("successors and replicas must be at least 1")
         if self.replicas - 1 > self.successors:
             raise ValueError("replicas - 1 cannot exceed the successor-list length")
+        if not 0 <= self.pns <= 64:
+            raise ValueError("pns must be between 0 (plain Chord) and 64 samples")
         if not 0.01 <= self.stabilize <= 3600:
             raise ValueError("stabilize must be between 0.01 and 3600 seconds")
 
@@ -83,6 +86,7 @@ class ChordNode:
                       else Store(config.bits, observer))
         self.notifier = Notifier(self, config.host)  # binds the events socket, so that `info` names it
         self.maintainer_rpc = None  # set by the Maintainer: its requests count in `traffic`
+        self.round_trips = None  # set by the Maintainer: its calls' round trips (dht/proximity.py)
         config.services["events"] = self.notifier.endpoint
         self.rounds = 0
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
@@ -169,6 +173,8 @@ class ChordNode:
                 "predecessor": wire.encode_peer(rt.predecessor),
                 "successors": [wire.encode_peer(s) for s in rt.successors],
                 "fingers": [wire.encode_peer(f) for f in rt.fingers],
+                "finger_rtt_ms": [self._rtt(f) for f in rt.fingers],
+                "pns": self.config.pns,
                 "keys": self.store.count(rt.owns),
                 "stored": self.store.count(),
                 "replicas": self.config.replicas,
@@ -178,6 +184,12 @@ class ChordNode:
                 "services": dict(self.config.services),
                 "traffic": self.traffic(),
             }
+
+    def _rtt(self, peer: Peer | None) -> float | None:
+        if peer is None or self.round_trips is None:
+            return None
+        ms = self.round_trips.get(peer.endpoint)
+        return None if ms is None else round(ms, 3)
 
     def traffic(self) -> dict:
         """Bytes this node sent: replies, its own requests (stabilization, replication, lookups), and

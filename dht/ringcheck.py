@@ -2,13 +2,17 @@
 
 The walk (network) and the verdict (pure) are separate: `evaluate` takes the infos the walk
 gathered, computes the ideal ring from their ids (every finger i of node n should be
-successor(n + 2**i), SIGCOMM'01 Table 1) and lists every disagreement.
+successor(n + 2**i), SIGCOMM'01 Table 1; under proximity neighbour selection with K samples, one of
+the first K nodes of [n + 2**i, n + 2**(i+1)), or that successor when the interval is empty) and
+lists every disagreement.
 """
 
 from __future__ import annotations
 
+import bisect
+
 from dht.client import DhtClient, DhtError
-from dht.ids import finger_start, owner_of
+from dht.ids import distance, finger_start, owner_of
 
 
 def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict], list[str]]:
@@ -66,10 +70,10 @@ def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | 
         succ_ok += sum(1 for a, b in zip(want, have, strict=False) if a == b)
         for i, finger in enumerate(info["fingers"]):
             finger_total += 1
-            ideal = owner_of(sorted_ids, finger_start(info["id"], i, bits))
-            if finger is not None and finger["id"] == ideal:
+            allowed = allowed_fingers(sorted_ids, info["id"], i, bits, info.get("pns") or 0)
+            if finger is not None and finger["id"] in allowed:
                 finger_ok += 1
-            elif finger is None and ideal == info["id"]:
+            elif finger is None and allowed == [info["id"]]:
                 finger_ok += 1  # "points at itself" is what an empty finger means
     return {
         "nodes": n,
@@ -78,6 +82,22 @@ def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | 
         "successors_correct": round(succ_ok / succ_total, 6) if succ_total else 1.0,
         "problems": problems,
     }
+
+
+def allowed_fingers(sorted_ids: list[int], me: int, i: int, bits: int, pns: int) -> list[int]:
+    """The ids finger i of node `me` may hold: successor(me + 2**i), and under PNS with k samples the
+    next nodes while they stay in the finger's interval, k in all."""
+    first = owner_of(sorted_ids, finger_start(me, i, bits))
+    out = [first]
+    if pns > 1 and first != me:
+        end = 1 << (i + 1)
+        at = bisect.bisect_left(sorted_ids, first)
+        for step in range(1, pns):
+            nxt = sorted_ids[(at + step) % len(sorted_ids)]
+            if nxt == me or distance(me, nxt, bits) >= end or distance(me, first, bits) >= end:
+                break
+            out.append(nxt)
+    return out
 
 
 def check_ring(client: DhtClient, start: str | None = None, expected: int | None = None) -> dict:

@@ -195,6 +195,7 @@ class RpcClient:
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
         self._timeouts: dict[str, int] = {}  # endpoint -> timeouts in a row
         self.bytes_sent = 0
+        self.on_rtt: Callable[[str, float], None] | None = None  # told each blocking call's round trip
 
     # -- blocking -----------------------------------------------------------------------------------
     def call(self, endpoint: str, op: str, /, timeout: float | None = None, retries: int | None = None,
@@ -204,12 +205,16 @@ class RpcClient:
         retries = self.retries if retries is None else retries
         for _attempt in range(retries + 1):
             rid = next(self._ids)
+            fresh = endpoint not in self._peers  # the first reply also pays for the connection
+            sent_at = time.monotonic()
             failed = self._send(endpoint, op, rid, fields)
             if failed is not None:
                 return failed
-            self._pending[rid] = (endpoint, time.monotonic() + timeout, None)
+            self._pending[rid] = (endpoint, sent_at + timeout, None)
             body = self._await(rid, timeout)
             if body is not None:
+                if self.on_rtt is not None and not fresh:
+                    self.on_rtt(endpoint, time.monotonic() - sent_at)
                 if body.get("ok"):
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))

@@ -1,0 +1,81 @@
+"""Proximity neighbour selection for the live node: round-trip averages and the finger choice.
+
+Chord's finger i of node n may be any node of [n + 2^i, n + 2^(i+1)) without costing a hop, so a
+node can take the nearest of a few (Gummadi et al., SIGCOMM'03, §4, "proximity neighbour
+selection"; Dabek et al., NSDI'04, §4.2, with 16 samples and measured round trips). The samples are
+the interval's first node and its successors, up to K, as the simulator takes them
+(sim/kernels.py's pns_pick), so both pick the same finger on the same network. Distances are this
+node's own round trips: every RPC it makes feeds an exponentially weighted average per peer; a
+candidate never heard from is pinged once, and nothing else is sent.
+
+Pure: no sockets and no clocks (the caller passes measured seconds).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from dht.ids import distance
+from dht.routing import Peer
+
+ALPHA = 0.3  # weight of a new sample: a few samples wash out a connection's slow first reply
+MAX_PEERS = 1024  # averages kept, least recently measured dropped first
+SWITCH_MARGIN = 0.9  # a finger is replaced only by a candidate at least 10% nearer (no flapping)
+
+
+class RoundTrips:
+    """Moving average of the round trip to each peer endpoint, in milliseconds; bounded."""
+
+    def __init__(self, alpha: float = ALPHA, max_peers: int = MAX_PEERS) -> None:
+        self.alpha = alpha
+        self.max_peers = max_peers
+        self._ms: OrderedDict[str, float] = OrderedDict()
+
+    def observe(self, endpoint: str, seconds: float) -> None:
+        ms = seconds * 1000.0
+        old = self._ms.pop(endpoint, None)
+        self._ms[endpoint] = ms if old is None else old + self.alpha * (ms - old)
+        while len(self._ms) > self.max_peers:
+            self._ms.popitem(last=False)
+
+    def get(self, endpoint: str) -> float | None:
+        return self._ms.get(endpoint)
+
+    def forget(self, endpoint: str) -> None:
+        self._ms.pop(endpoint, None)
+
+    def __len__(self) -> int:
+        return len(self._ms)
+
+
+def interval_candidates(me: int, level: int, bits: int, first: Peer, following: Sequence[Peer],
+                        k: int) -> list[Peer]:
+    """The PNS samples for finger `level`: `first` (the interval's first node) and the nodes that
+    follow it, while they stay in [me + 2^level, me + 2^(level+1)), at most k. An empty interval (first
+    lies beyond it) gives [first]: plain Chord's finger."""
+    start, end = 1 << level, 1 << (level + 1)  # the interval, as distances from me
+    out: list[Peer] = []
+    for p in [first, *following]:
+        d = distance(me, p.id, bits)
+        if p.id == me or (out and not start <= d < end) or p in out:
+            break
+        out.append(p)
+        if len(out) >= k or d >= end:
+            break
+    return out
+
+
+def choose(candidates: Sequence[Peer], rtt: Callable[[Peer], float | None], current: Peer | None = None) -> Peer:
+    """The candidate with the lowest round trip (the first of equals; unmeasured ones last). The
+    current finger stays unless a candidate is clearly nearer (SWITCH_MARGIN), so that noise in the
+    averages does not make the table flap."""
+    measured = [(ms, i, p) for i, p in enumerate(candidates) if (ms := rtt(p)) is not None]
+    if not measured:
+        return candidates[0]
+    best_ms, _, best = min(measured)
+    if current is not None and current in candidates and current != best:
+        now = rtt(current)
+        if now is not None and best_ms > SWITCH_MARGIN * now:
+            return current
+    return best

@@ -1,0 +1,55 @@
+"""dht/proximity.py: the live node's PNS samples and choice, and the ring check's view of them."""
+
+from __future__ import annotations
+
+from dht.proximity import RoundTrips, choose, interval_candidates
+from dht.ringcheck import allowed_fingers
+from dht.routing import Peer
+
+BITS = 8
+
+
+def peers(*ids: int) -> list[Peer]:
+    return [Peer(i, f"h{i}:1") for i in ids]
+
+
+def test_samples_are_the_interval_first_node_and_its_successors_inside_it():
+    first, *rest = peers(130, 140, 150, 200, 3)
+    # node 0, finger 7: [128, 256)
+    assert [p.id for p in interval_candidates(0, 7, BITS, first, rest, 16)] == [130, 140, 150, 200]
+    assert [p.id for p in interval_candidates(0, 7, BITS, first, rest, 2)] == [130, 140]
+    # finger 6 of node 0 is [64, 128): empty, so its finger is plain Chord's, the first node after it
+    assert [p.id for p in interval_candidates(0, 6, BITS, first, rest, 16)] == [130]
+    # the top interval ends at the node itself
+    assert [p.id for p in interval_candidates(100, 7, BITS, *peers(230), peers(240, 100, 5), 16)] == [230, 240]
+
+
+def test_the_lowest_round_trip_wins_and_a_current_finger_stays_unless_clearly_beaten():
+    a, b, c = peers(130, 140, 150)
+    rtt = RoundTrips(alpha=1.0)
+    assert choose([a, b, c], lambda p: rtt.get(p.endpoint)) == a  # nothing measured: the first
+    rtt.observe(a.endpoint, 0.050)
+    rtt.observe(b.endpoint, 0.001)
+    rtt.observe(c.endpoint, 0.009)
+    assert choose([a, b, c], lambda p: rtt.get(p.endpoint)) == b
+    rtt.observe(c.endpoint, 0.00105)  # 5% slower than b: not worth a change
+    assert choose([a, b, c], lambda p: rtt.get(p.endpoint), current=c) == c
+    assert choose([a, b, c], lambda p: rtt.get(p.endpoint), current=a) == b
+
+
+def test_round_trip_averages_move_smoothly_and_stay_bounded():
+    rtt = RoundTrips(alpha=0.5, max_peers=3)
+    rtt.observe("x:1", 0.010)
+    rtt.observe("x:1", 0.020)
+    assert rtt.get("x:1") == 15.0
+    for i in range(10):
+        rtt.observe(f"y{i}:1", 0.001)
+    assert len(rtt) == 3 and rtt.get("x:1") is None
+
+
+def test_ring_check_accepts_any_of_the_k_samples_and_nothing_else():
+    ids = [0, 130, 140, 150, 200]
+    assert allowed_fingers(ids, 0, 7, BITS, 0) == [130]
+    assert allowed_fingers(ids, 0, 7, BITS, 3) == [130, 140, 150]
+    assert allowed_fingers(ids, 0, 6, BITS, 3) == [130]  # empty interval: the successor only
+    assert allowed_fingers(ids, 130, 0, BITS, 4) == [140]  # [131, 132) is empty
