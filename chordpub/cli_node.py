@@ -158,6 +158,39 @@ def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at th
                                   f"in {o['hops']} hops, {o['ms']:.2f} ms via {' > '.join(o['path'])}"))
 
 
+@node_app.command("lookups")
+@clean_errors
+def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at this node, H:P."),
+                 keys: Path = typer.Option(..., help="A file of keys (topic names), one a line."),
+                 curve: Path = typer.Option(None, help=CURVE_HELP),
+                 as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Look up every key of a file from ENDPOINT, one after another: owners, hops and latencies.
+
+    Every key is looked up twice and the second pass is reported: the first opens the connections
+    (a TCP and a ZeroMQ handshake to each node on the paths) that a long-lived client already has.
+    """
+    try:
+        names = [line.strip() for line in keys.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--keys: cannot read {keys}: {exc}")
+    if not names:
+        fail(f"--keys: {keys} holds no key")
+    results = []
+    with dht_client(endpoint, curve) as client:
+        for key in names:
+            client.lookup(key)
+        for key in names:
+            found = client.lookup(key)
+            results.append({"key": key, "ok": found.ok, "owner": found.owner.id if found.owner else None,
+                            "hops": found.hops, "ms": round(found.ms, 3), "error": found.error})
+    done = [r["ms"] for r in results if r["ok"]]
+    done.sort()
+    out = {"endpoint": endpoint, "lookups": len(results), "failed": len(results) - len(done),
+           "p50_ms": done[len(done) // 2] if done else None, "results": results}
+    emit(out, as_json, lambda o: f"{o['lookups']} lookups from {o['endpoint']}: {o['failed']} failed, "
+                                 f"p50 {o['p50_ms']} ms")
+
+
 @node_app.command("leave")
 @clean_errors
 def node_leave(endpoint: str = typer.Argument(..., help="The node that should leave, H:P."),

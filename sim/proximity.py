@@ -110,3 +110,33 @@ def stretch_curve(nodes: list[int], samples: tuple[int, ...] = PNS_SAMPLES,
                 if progress:
                     progress(done)
     return rows
+
+
+def predict_live(graph, node_hosts: list, node_ids: list[int], origin_ids: list[int], key_ids: list[int],
+                 k: int, bits: int = 64, successors: int = 8) -> dict:
+    """What the simulator predicts for a live ring: nodes `node_ids` on the hosts `node_hosts` of
+    `graph` (the network the processes run on, link delays in ms), iterative lookups of `key_ids`
+    from the nodes `origin_ids`, with plain fingers and with PNS(k). Returns both latencies' p50 and
+    the fraction PNS takes off, the figure to hold the live run to."""
+    from sim.latency import TopologyLatency, shortest_delays
+    from sim.ring import ring_from_ids
+    from topologies.graphs import hosts
+
+    ring = ring_from_ids(node_ids, bits, successors=successors)  # real node i = node_ids[i]
+    names = hosts(graph)
+    attach = np.array([names.index(h) for h in node_hosts], dtype=np.int64)
+    model = TopologyLatency(graph, attach, shortest_delays(graph, names), names)
+    position = {int(ring.ids[p]): p for p in range(ring.size)}
+    origins = np.array([position[o] for o in origin_ids], dtype=np.int64)
+    keys = np.array(key_ids, dtype=np.uint64)
+    plain = lookups(ring, len(keys), keys=keys, origins=origins, latency=model, iterative=True)
+    pns = lookups(ring, len(keys), keys=keys, origins=origins, latency=model, iterative=True,
+                  fingers=pns_fingers(ring, k, model))
+    p0, p1 = float(np.percentile(plain.latency_ms, 50)), float(np.percentile(pns.latency_ms, 50))
+    ft = pns_fingers(ring, k, model)
+    order = np.argsort(ring.real)  # position of each real node, i.e. of node_ids[i]
+    chosen = {node_ids[i]: {j: int(ring.ids[ft.table[j - ft.base, order[i]]]) for j in range(ft.base, bits)}
+              for i in range(len(node_ids))}
+    return {"fingers": chosen, "plain_p50_ms": p0, "pns_p50_ms": p1, "reduction": 1 - p1 / p0 if p0 > 0 else 0.0,
+            "plain_mean_hops": float(plain.hops.mean()), "pns_mean_hops": float(pns.hops.mean()),
+            "owners": [int(ring.ids[o]) for o in plain.owners]}
