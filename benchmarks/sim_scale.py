@@ -1,9 +1,11 @@
-"""How far the simulator scales: `chordpub sim lookups` at 10^4..10^6 nodes (10^7 with --big).
+"""How far the simulator scales: `chordpub sim lookups` at 10^6 and 10^7 nodes (10^8 with --big).
 
-Baseline, measured in the same run: a plain Chord ring of per-node Python objects (each node holds
-its finger list and successor list, lookups follow the same next-hop rule in a Python loop), the way
-PeerSim-style and course-project simulators are written, at 10^4 nodes. Each simulator size runs
-in its own process so that its peak RSS is its own.
+Baselines, measured in the same run:
+- a plain Chord ring of per-node Python objects (each node holds its finger list and successor list,
+  lookups follow the same next-hop rule in a Python loop), the way PeerSim-style and course-project
+  simulators are written, at 10^4 nodes;
+- the simulator itself on one core (NUMBA_NUM_THREADS=1), the figure before it used both.
+Each run is its own process, so that its peak RSS is its own.
 
     .venv/bin/python benchmarks/sim_scale.py [--big] [--lookups 1000000]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import random
 import resource
 import subprocess
@@ -82,15 +85,18 @@ def baseline(n: int, count: int) -> dict:
             "mean_hops": hops / count, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def simulator(n: int, count: int) -> dict:
+def simulator(n: int, count: int, threads: int | None = None) -> dict:
+    env = dict(os.environ)
+    if threads is not None:
+        env["NUMBA_NUM_THREADS"] = str(threads)
     proc = subprocess.run([sys.executable, "-m", "chordpub", "sim", "lookups", "--nodes", str(n), "--lookups",
-                           str(count), "--seed", "1", "--json"], capture_output=True, text=True, check=True)
+                           str(count), "--seed", "1", "--json"], capture_output=True, text=True, check=True, env=env)
     return json.loads(proc.stdout)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--big", action="store_true", help="also 10^7 nodes (needs ~3 GB and a minute)")
+    ap.add_argument("--big", action="store_true", help="also 10^8 nodes (about 4 GB and a minute)")
     ap.add_argument("--lookups", type=int, default=1_000_000)
     ap.add_argument("--baseline-lookups", type=int, default=50_000)
     args = ap.parse_args()
@@ -98,12 +104,16 @@ def main() -> None:
     print(f"baseline: per-object Python ring, 10^4 nodes: build {base['build_s']:.2f} s, "
           f"{base['lookups_per_s']:,.0f} lookups/s, mean {base['mean_hops']:.3f} hops, "
           f"peak RSS {base['peak_rss_mb']:.0f} MB")
-    sizes = [10_000, 100_000, 1_000_000] + ([10_000_000] if args.big else [])
-    print(f"{'nodes':>11} {'build s':>8} {'lookups/s':>11} {'x baseline':>10} {'mean hops':>9} {'peak RSS MB':>11}")
+    one = simulator(1_000_000, args.lookups, threads=1)
+    print(f"the simulator on one core, 10^6 nodes: {one['lookups_per_s']:,} lookups/s")
+    sizes = [1_000_000, 10_000_000] + ([100_000_000] if args.big else [])
+    print(f"{'nodes':>11} {'build s':>8} {'lookups/s':>11} {'x baseline':>10} {'x 1 core':>8} {'mean hops':>9} "
+          f"{'peak RSS MB':>11}")
     for n in sizes:
         s = simulator(n, args.lookups)
         ratio = s["lookups_per_s"] / base["lookups_per_s"]
-        print(f"{n:>11,} {s['build_s']:>8.2f} {s['lookups_per_s']:>11,} {ratio:>10.1f}"
+        cores = s["lookups_per_s"] / one["lookups_per_s"] if n == 1_000_000 else float("nan")
+        print(f"{n:>11,} {s['build_s']:>8.2f} {s['lookups_per_s']:>11,} {ratio:>10.1f} {cores:>8.2f}"
               f" {s['mean_hops']:>9.3f} {s['peak_rss_mb']:>11.0f}")
 
 

@@ -87,3 +87,82 @@ def paper_cmd(scale: str = typer.Option("small", help="small: minutes on a lapto
                    + (f"; traces in {report['run']}" if out else ""))
     if check and not report["within"]:
         raise typer.Exit(1)
+
+
+def _int_list(text: str, what: str, least: int) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < least for v in values):
+        fail(f"{what} takes comma-separated integers >= {least}, got {text!r}")
+    return values
+
+
+@clean_errors
+def stretch_cmd(nodes: str = typer.Option("1000,3000,10000", help="Ring sizes N, comma-separated."),
+                pns: str = typer.Option("0,2,4,8,16", help="PNS samples K, comma-separated (0: plain Chord)."),
+                topology: list[str] = typer.Option(None, help="Delay models (repeat the option; default: "
+                                                   "transit_stub and lognormal,median=50,sigma=0.5)."),
+                lookups: int = typer.Option(20_000, min=100, help="Lookups per point (the same for every K)."),
+                iterative: bool = typer.Option(False, "--iterative", help="Stretch of iterative lookups "
+                                               "(the live client's) instead of recursive."),
+                seed: int = typer.Option(0, help="Random seed."),
+                png: Path = typer.Option(None, help="Draw the figure here (stretch p50 against N, one line per K)."),
+                as_json: bool = JSON) -> None:
+    """Latency stretch against N under proximity neighbour selection, for K samples per finger.
+
+    Stretch = a lookup's latency / the direct latency from its origin to the key's owner (median over
+    the lookups); the same ring, keys and origins for every K (Gummadi et al., SIGCOMM'03, §4)."""
+    from sim.latency import LatencyError, from_spec
+    from sim.proximity import PNS_SAMPLES, STRETCH_TOPOLOGIES, stretch_curve
+
+    sizes = _int_list(nodes, "--nodes", 2)
+    samples = tuple(_int_list(pns, "--pns", 0)) if pns else PNS_SAMPLES
+    specs = tuple(topology) if topology else STRETCH_TOPOLOGIES
+    for spec in specs:
+        try:
+            from_spec(spec, 2, seed)
+        except LatencyError as exc:
+            fail(f"--topology {spec!r}: {exc}")
+    t0 = time.perf_counter()
+    with progress_bar(f"{len(specs) * len(sizes) * len(samples)} points", len(specs) * len(sizes) * len(samples)) as up:
+        rows = stretch_curve(sizes, samples, specs, lookups, seed, iterative, progress=up)
+    report = {"routing": "iterative" if iterative else "recursive", "lookups": lookups, "seed": seed,
+              "seconds": round(time.perf_counter() - t0, 2), "rows": rows}
+    if png:
+        _draw_stretch(rows, specs, samples, png, report["routing"])
+        report["png"] = str(png)
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    typer.echo(f"median {report['routing']} stretch; columns are K (PNS samples, 0 = plain Chord)")
+    for spec in specs:
+        typer.echo(f"{spec}\n{'N':>10}" + "".join(f"{'K=' + str(k):>9}" for k in samples))
+        for n in sizes:
+            cells = {r["pns"]: r["stretch_p50"] for r in rows if r["topology"] == spec and r["nodes"] == n}
+            typer.echo(f"{n:>10,}" + "".join(f"{cells[k]:>9.2f}" for k in samples))
+    typer.echo(f"{len(rows)} points in {report['seconds']} s" + (f"; figure in {png}" if png else ""))
+
+
+def _draw_stretch(rows: list[dict], specs: tuple, samples: tuple, png: Path, routing: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(specs), figsize=(5 * len(specs), 3.8), squeeze=False)
+    for ax, spec in zip(axes[0], specs, strict=True):
+        for k in samples:
+            pts = sorted((r["nodes"], r["stretch_p50"]) for r in rows if r["topology"] == spec and r["pns"] == k)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label="plain Chord" if k < 2 else f"PNS({k})")
+        ax.set_xscale("log")
+        ax.set_xlabel("nodes N")
+        ax.set_ylabel(f"median {routing} stretch")
+        ax.set_title(spec.split(",")[0])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

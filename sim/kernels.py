@@ -269,6 +269,7 @@ def route_all(keys, origins, before, rt, alive, d, iterative, timeout_ms, max_ho
 
 
 LANES = 256  # lookups one core advances in step: their memory loads overlap instead of queueing
+STRIPE = 16384  # lookups a core takes at a time; a lane that finishes takes the stripe's next one
 
 
 @njit(cache=True, parallel=True)
@@ -277,21 +278,25 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
 
     One lookup is a chain of dependent memory loads (a finger's position, then its id), each a cache
     miss on a big ring. Advancing LANES lookups together, first touching what every lane's next step
-    will read and then taking the steps, lets those misses overlap; the steps themselves are
-    route_one's without the dead-node bookkeeping."""
+    will read and then taking the steps, lets those misses overlap; a lane whose lookup ends takes
+    the next one at once, so the overlap does not thin out. The steps themselves are route_one's
+    without the dead-node bookkeeping."""
     ids, mask, bits, r, table, base, pns, pd, index, shift = rt  # a parallel loop takes no tuple of arrays
     d0, d1, d2, d3, d4, d5, d6, d7 = d
     p0, p1, p2, p3, p4, p5, p6, p7 = pd
     m, n = len(keys), len(ids)
-    blocks = (m + LANES - 1) // LANES
-    for b in prange(blocks):
+    stripes = (m + STRIPE - 1) // STRIPE
+    for b in prange(stripes):
         local = (ids, mask, bits, r, table, base, pns, (p0, p1, p2, p3, p4, p5, p6, p7), index, shift)
         dl = (d0, d1, d2, d3, d4, d5, d6, d7)
-        lo = b * LANES
-        width = min(LANES, m - lo)
+        lo = b * STRIPE
+        hi = min(lo + STRIPE, m)
+        width = min(LANES, hi - lo)
+        lane = np.arange(lo, lo + width)
         cur = origins[lo:lo + width].copy()
         where = np.zeros(width, dtype=np.int64)
         active = np.ones(width, dtype=np.bool_)
+        following = lo + width
         left = width
         while left:
             touch = U0
@@ -299,7 +304,7 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
                 if active[g]:
                     c = cur[g]
                     touch += ids[c + 1 if c + 1 < n else 0] + ids[c + r if c + r < n else c + r - n]
-                    level = floor_log2(((ids[before[lo + g]] - ids[c]) & mask) | U1)
+                    level = floor_log2(((ids[before[lane[g]]] - ids[c]) & mask) | U1)
                     if level >= base:
                         where[g] = table[level - base, c]
                     else:
@@ -310,25 +315,30 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
             for g in range(width):
                 if not active[g]:
                     continue
-                i = lo + g
+                i = lane[g]
                 c, k, q = cur[g], keys[i], before[i]
                 me = ids[c]
                 s = c + 1 if c + 1 < n else 0
                 dk = (k - me) & mask
+                ended = False
                 if dk != U0 and dk <= ((ids[s] - me) & mask):
                     owners[i], last[i] = s, c
-                    active[g] = False
-                    left -= 1
-                    continue
-                if hops[i] > max_hops or q == c:
+                    ended = True
+                elif hops[i] > max_hops or q == c:
                     owners[i], last[i] = -1, c
-                    active[g] = False
-                    left -= 1
-                    continue
-                best = farthest_candidate(c, q, local)
-                latency[i] += 2.0 * hop_delay(origins[i], best, dl) if iterative else hop_delay(c, best, dl)
-                cur[g] = best
-                hops[i] += 1
+                    ended = True
+                else:
+                    best = farthest_candidate(c, q, local)
+                    latency[i] += 2.0 * hop_delay(origins[i], best, dl) if iterative else hop_delay(c, best, dl)
+                    cur[g] = best
+                    hops[i] += 1
+                if ended:
+                    if following < hi:
+                        lane[g], cur[g] = following, origins[following]
+                        following += 1
+                    else:
+                        active[g] = False
+                        left -= 1
             if touch == U1:  # keeps the touching loads from being optimized away; never true in practice
                 owners[lo] = owners[lo]
 

@@ -30,8 +30,7 @@ from sim.lookup import LookupBatch, lookups
 from sim.ring import FingerTable, Ring, finger_table, random_ring
 
 PNS_SAMPLES = (0, 2, 4, 8, 16)  # the K values of the stretch figure (0: plain Chord)
-STRETCH_TOPOLOGIES = ("transit_stub,transits=4,transit_size=8,stubs=3,stub_size=8",
-                      "lognormal,median=50,sigma=0.5")
+STRETCH_TOPOLOGIES = ("transit_stub", "lognormal,median=50,sigma=0.5")
 
 
 def pns_fingers(ring: Ring, k: int, model: LatencyModel) -> FingerTable:
