@@ -73,6 +73,35 @@ def test_sim_paper_subset(tmp_path):
     (["churn", "--rate", "0.1", "--stabilize", "0"], "stabilize"),
     (["paper", "--figures", "7"], "--figures"),
     (["paper", "--scale", "huge"], "--scale"),
+    (["stretch", "--pns", "two"], "--pns"),
+    (["stretch", "--nodes", "1"], "--nodes"),
+    (["stretch", "--topology", "mesh"], "unknown topology"),
 ])
 def test_impossible_parameters_give_one_line(args, words):
     one_error_line(run_cli("sim", *args), words)
+
+
+def test_sim_lookups_with_pns_reports_stretch_beside_plain_chords(tmp_path):
+    out = sim("lookups", "--nodes", "2000", "--lookups", "5000", "--seed", "2", "--topology", "transit_stub",
+              "--pns", "8")
+    assert {"stretch_mean", "stretch_p50", "stretch_p99", "plain_stretch_p50", "plain_latency_p50_ms",
+            "latency_p50_reduction"} <= set(out)
+    assert out["pns"] == 8 and out["routing"] == "recursive"
+    assert 1 <= out["stretch_p50"] < 0.6 * out["plain_stretch_p50"]
+    assert out["latency_p50_ms"] < out["plain_latency_p50_ms"]
+    plain = sim("lookups", "--nodes", "2000", "--lookups", "5000", "--seed", "2", "--topology", "transit_stub")
+    # the baseline in the PNS run is the plain run: same ring, keys and origins
+    assert plain["stretch_p50"] == out["plain_stretch_p50"] and plain["mean_hops"] == out["plain_mean_hops"]
+    it = sim("lookups", "--nodes", "2000", "--lookups", "5000", "--seed", "2", "--iterative")
+    assert it["routing"] == "iterative" and it["stretch_p50"] > 1
+
+
+def test_sim_stretch_draws_stretch_against_n_for_each_k(tmp_path):
+    png = tmp_path / "stretch.png"
+    out = sim("stretch", "--nodes", "500,2000", "--pns", "0,4,16", "--lookups", "3000", "--png", str(png))
+    rows = out["rows"]
+    assert len(rows) == 2 * 2 * 3 and png.stat().st_size > 10_000
+    for spec in ("transit_stub", "lognormal,median=50,sigma=0.5"):
+        for n in (500, 2000):
+            by_k = {r["pns"]: r["stretch_p50"] for r in rows if r["topology"] == spec and r["nodes"] == n}
+            assert by_k[0] > by_k[4] > by_k[16] >= 1, by_k

@@ -13,7 +13,7 @@ import random
 
 from dht.client import DhtClient
 from dht.ids import key_id, owner_of
-from tests.conftest import PERIOD, run_cli
+from tests.conftest import PERIOD, one_error_line, run_cli
 
 
 def lookups_find_true_owners(ring, count: int, seed: int, exact: bool = True) -> None:
@@ -29,7 +29,8 @@ def lookups_find_true_owners(ring, count: int, seed: int, exact: bool = True) ->
                 assert found.owner.id == owner_of(ids, key_id(key)), key
 
 
-def test_pns_fingers_stay_in_their_intervals_and_lookups_stay_correct_under_joins_and_kills(ring_factory):
+def test_pns_fingers_stay_in_their_intervals_and_lookups_stay_correct_under_joins_and_kills(ring_factory,
+                                                                                             tmp_path):
     ring = ring_factory(pns=4)
     ring.start(12)
     report, _ = ring.wait_consistent(timeout=40 * PERIOD, fingers=True)
@@ -43,6 +44,16 @@ def test_pns_fingers_stay_in_their_intervals_and_lookups_stay_correct_under_join
     human = run_cli("node", "info", ring.nodes[0].endpoint)
     assert "PNS, 4 samples" in human.stdout and " ms)" in human.stdout
     lookups_find_true_owners(ring, 200, 1)
+    keys = tmp_path / "keys.txt"
+    keys.write_text("".join(f"batch-{i}\n" for i in range(20)))
+    batch = run_cli("node", "lookups", ring.nodes[3].endpoint, "--keys", str(keys), "--json")
+    assert batch.returncode == 0, batch.stderr
+    body = json.loads(batch.stdout)
+    ids = sorted(n.id for n in ring.nodes)
+    assert body["lookups"] == 20 and body["failed"] == 0 and body["p50_ms"] > 0
+    assert all(r["owner"] == owner_of(ids, key_id(r["key"])) for r in body["results"])
+    one_error_line(run_cli("node", "lookups", ring.nodes[3].endpoint, "--keys", str(tmp_path / "none.txt")),
+                   "--keys", "cannot read")
 
     rng = random.Random(5)
     for victim in rng.sample(ring.nodes[1:], 2):
