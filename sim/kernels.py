@@ -294,6 +294,9 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
         width = min(LANES, hi - lo)
         lane = np.arange(lo, lo + width)
         cur = origins[lo:lo + width].copy()
+        idq = ids[before[lo:lo + width]]  # the id each lane's lookup must not pass
+        steps = np.zeros(width, dtype=np.int64)
+        spent = np.zeros(width, dtype=np.float64)
         where = np.zeros(width, dtype=np.int64)
         active = np.ones(width, dtype=np.bool_)
         following = lo + width
@@ -303,12 +306,13 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
             for g in range(width):  # touch what each lane's step reads: its successors, its finger's row
                 if active[g]:
                     c = cur[g]
+                    me = ids[c]
                     touch += ids[c + 1 if c + 1 < n else 0] + ids[c + r if c + r < n else c + r - n]
-                    level = floor_log2(((ids[before[lane[g]]] - ids[c]) & mask) | U1)
+                    level = floor_log2(((idq[g] - me) & mask) | U1)
                     if level >= base:
                         where[g] = table[level - base, c]
                     else:
-                        where[g] = index[((ids[c] + (U1 << np.uint64(level))) & mask) >> shift]
+                        where[g] = index[((me + (U1 << np.uint64(level))) & mask) >> shift]
             for g in range(width):  # ... and the ids found there
                 if active[g] and where[g] < n:
                     touch += ids[where[g]]
@@ -324,17 +328,19 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
                 if dk != U0 and dk <= ((ids[s] - me) & mask):
                     owners[i], last[i] = s, c
                     ended = True
-                elif hops[i] > max_hops or q == c:
+                elif steps[g] > max_hops or q == c:
                     owners[i], last[i] = -1, c
                     ended = True
                 else:
                     best = farthest_candidate(c, q, local)
-                    latency[i] += 2.0 * hop_delay(origins[i], best, dl) if iterative else hop_delay(c, best, dl)
+                    spent[g] += 2.0 * hop_delay(origins[i], best, dl) if iterative else hop_delay(c, best, dl)
                     cur[g] = best
-                    hops[i] += 1
+                    steps[g] += 1
                 if ended:
+                    hops[i], latency[i] = steps[g], spent[g]
                     if following < hi:
-                        lane[g], cur[g] = following, origins[following]
+                        lane[g], cur[g], idq[g] = following, origins[following], ids[before[following]]
+                        steps[g], spent[g] = 0, 0.0
                         following += 1
                     else:
                         active[g] = False
