@@ -44,7 +44,7 @@ def node_start(
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
-    pns: int = typer.Option(0, min=0, max=64, help="Proximity neighbour selection: each finger is the node with "
+    pns: int = typer.Option(8, min=0, max=64, help="Proximity neighbour selection: each finger is the node with "
                             "the lowest measured round trip among up to K of its interval (0: plain Chord)."),
     data_dir: Path = typer.Option(None, help="Keep the store in DIR/store.sqlite3; restarted with the same id "
                                   "the node rejoins with its keys."),

@@ -22,6 +22,7 @@ from dht.durable import DurableStore
 from dht.ids import check_bits, in_half_open, key_id, node_id
 from dht.maintenance import Maintainer
 from dht.notifier import Notifier
+from dht.proximity import DEFAULT_SAMPLES
 from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
 from dht.store import Store, split_field_key
@@ -46,7 +47,7 @@ class NodeConfig:
     on_lookup: Callable[[object], None] | None = field(default=None, repr=False)
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
-    pns: int = 0  # proximity neighbour selection: each finger the nearest of up to K samples (0: plain)
+    pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
 
     def validate(self) -> None:
         check_bits(self.bits)

@@ -21,7 +21,9 @@ from dht.routing import Peer
 
 ALPHA = 0.3  # weight of a new sample: a few samples wash out a connection's slow first reply
 MAX_PEERS = 1024  # averages kept, least recently measured dropped first
-SWITCH_MARGIN = 0.9  # a finger is replaced only by a candidate at least 10% nearer (no flapping)
+SWITCH_MARGIN = 0.9  # a finger is replaced only by a candidate at least 10% nearer (no flapping) ...
+SWITCH_MIN_MS = 0.5  # ... and at least this much: on a LAN or loopback every peer is as near as any
+DEFAULT_SAMPLES = 8  # the measured knee: the interval's first node and a successor list's worth (r = 8)
 
 
 class RoundTrips:
@@ -68,14 +70,14 @@ def interval_candidates(me: int, level: int, bits: int, first: Peer, following: 
 
 def choose(candidates: Sequence[Peer], rtt: Callable[[Peer], float | None], current: Peer | None = None) -> Peer:
     """The candidate with the lowest round trip (the first of equals; unmeasured ones last). The
-    current finger stays unless a candidate is clearly nearer (SWITCH_MARGIN), so that noise in the
-    averages does not make the table flap."""
+    current finger stays unless a candidate is clearly nearer (SWITCH_MARGIN and SWITCH_MIN_MS), so
+    that noise in the averages does not make the table flap."""
     measured = [(ms, i, p) for i, p in enumerate(candidates) if (ms := rtt(p)) is not None]
     if not measured:
         return candidates[0]
     best_ms, _, best = min(measured)
     if current is not None and current in candidates and current != best:
         now = rtt(current)
-        if now is not None and best_ms > SWITCH_MARGIN * now:
+        if now is not None and (best_ms > SWITCH_MARGIN * now or now - best_ms < SWITCH_MIN_MS):
             return current
     return best
