@@ -81,6 +81,7 @@ class Maintainer:
         self._next_finger = 0
         self._hand_back_pending = node.store.loaded > 0  # restarted from --data-dir
         self._pred_missed = 0
+        self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -233,43 +234,55 @@ class Maintainer:
                     continue
                 owner = found.owner
             with lock:
-                before = list(self.routing.fingers)
+                before = self.routing.fingers[i]
                 last = self.routing.set_finger(i, owner)[-1]
+                previous = before if last == i else self.routing.fingers[last]
+            # the ring changed where an interval's first node did (a PNS choice is not a change)
+            changed = changed or self._firsts.get(i) != owner
+            self._firsts[i] = owner
             if self.config.pns > 1 and owner != self.me:
-                self.pick_by_proximity(last, owner, before[last])
-            with lock:
-                changed = changed or self.routing.fingers[i:last + 1] != before[i:last + 1]
+                self.pick_by_proximity(last, owner, previous, probe=not full)
             i = last + 1
             if not full and owner != succ:
                 break
         self._next_finger = i if i < self.config.bits else 0
         self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
 
-    def pick_by_proximity(self, level: int, first: Peer, current: Peer | None) -> None:
+    def pick_by_proximity(self, level: int, first: Peer, current: Peer | None, probe: bool = True) -> None:
         """Finger `level` := the nearest of up to K nodes of its interval, `first` (the interval's first
         node, just found) and its successors, by this node's round trips (dht/proximity.py). The
         successors come from `get_links`, whose reply also times `first`; a sample never heard from is
-        pinged once."""
+        pinged once. Without `probe` (while the ring is changing, when every round must stay short so
+        that stabilization keeps its pace) nothing is sent: the current finger is kept if it is still
+        in the interval and answering and not clearly farther than `first`."""
         k, bits = self.config.pns, self.config.bits
-        candidates = interval_candidates(self.me.id, level, bits, first, [], k)
-        tail = first
-        while len(candidates) < k and candidates[-1] == tail:
-            links = self.rpc.call(tail.endpoint, "get_links")
-            if not links.ok:
-                break
-            try:
-                following = wire.decode_peers(links.get("successors", []))
-            except wire.WireError:
-                break
-            more = interval_candidates(self.me.id, level, bits, candidates[0], candidates[1:] + following, k)
-            if len(more) == len(candidates):
-                break
-            candidates, tail = more, more[-1]
-        for p in candidates:
-            for _ in range(2):  # a first call to a peer also opens the connection: it is not timed
-                if self.round_trips.get(p.endpoint) is None and not self.node.stopped.is_set():
-                    self.rpc.call(p.endpoint, "ping")
-        chosen = choose(candidates, lambda p: self.round_trips.get(p.endpoint), current)
+        rtt = self.round_trips
+        rtt.now = self.node.rounds
+        if not probe:
+            candidates = interval_candidates(self.me.id, level, bits, first, [current] if current else [], 2)
+        else:
+            candidates = interval_candidates(self.me.id, level, bits, first, [], k)
+            tail = first
+            while len(candidates) < k and candidates[-1] == tail:
+                links = self.rpc.call(tail.endpoint, "get_links")
+                if not links.ok:
+                    break
+                try:
+                    following = wire.decode_peers(links.get("successors", []))
+                except wire.WireError:
+                    break
+                more = interval_candidates(self.me.id, level, bits, candidates[0], candidates[1:] + following, k)
+                if len(more) == len(candidates):
+                    break
+                candidates, tail = more, more[-1]
+            for p in candidates:
+                for _ in range(2):  # a first call to a peer also opens the connection: it is not timed
+                    if rtt.get(p.endpoint) is not None or rtt.down(p.endpoint) or self.node.stopped.is_set():
+                        break
+                    if not self.rpc.call(p.endpoint, "ping").ok:
+                        break
+        live = [p for p in candidates if not rtt.down(p.endpoint)] or candidates[:1]
+        chosen = choose(live, lambda p: rtt.get(p.endpoint), current)
         with self.node.lock:
             self.routing.fingers[level] = chosen
 

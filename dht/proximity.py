@@ -21,20 +21,34 @@ from dht.routing import Peer
 
 ALPHA = 0.3  # weight of a new sample: a few samples wash out a connection's slow first reply
 MAX_PEERS = 1024  # averages kept, least recently measured dropped first
+DOWN_ROUNDS = 20  # a peer that did not answer is no PNS candidate for this many rounds
 SWITCH_MARGIN = 0.9  # a finger is replaced only by a candidate at least 10% nearer (no flapping) ...
 SWITCH_MIN_MS = 0.5  # ... and at least this much: on a LAN or loopback every peer is as near as any
 DEFAULT_SAMPLES = 8  # the measured knee: the interval's first node and a successor list's worth (r = 8)
 
 
 class RoundTrips:
-    """Moving average of the round trip to each peer endpoint, in milliseconds; bounded."""
+    """Moving average of the round trip to each peer endpoint, in milliseconds, and the peers that did
+    not answer lately (a PNS choice skips them); both bounded. `now` is the caller's round counter."""
 
-    def __init__(self, alpha: float = ALPHA, max_peers: int = MAX_PEERS) -> None:
+    def __init__(self, alpha: float = ALPHA, max_peers: int = MAX_PEERS, down_rounds: int = DOWN_ROUNDS) -> None:
         self.alpha = alpha
         self.max_peers = max_peers
+        self.down_rounds = down_rounds
         self._ms: OrderedDict[str, float] = OrderedDict()
+        self._down: OrderedDict[str, int] = OrderedDict()  # endpoint -> round it last failed to answer
+        self.now = 0
 
-    def observe(self, endpoint: str, seconds: float) -> None:
+    def observe(self, endpoint: str, seconds: float | None) -> None:
+        """A call's round trip; None: the peer did not answer (its average is dropped)."""
+        if seconds is None:
+            self._ms.pop(endpoint, None)
+            self._down.pop(endpoint, None)
+            self._down[endpoint] = self.now
+            while len(self._down) > self.max_peers:
+                self._down.popitem(last=False)
+            return
+        self._down.pop(endpoint, None)
         ms = seconds * 1000.0
         old = self._ms.pop(endpoint, None)
         self._ms[endpoint] = ms if old is None else old + self.alpha * (ms - old)
@@ -44,8 +58,10 @@ class RoundTrips:
     def get(self, endpoint: str) -> float | None:
         return self._ms.get(endpoint)
 
-    def forget(self, endpoint: str) -> None:
-        self._ms.pop(endpoint, None)
+    def down(self, endpoint: str) -> bool:
+        """Whether the peer failed to answer within the last `down_rounds` rounds."""
+        failed = self._down.get(endpoint)
+        return failed is not None and self.now - failed < self.down_rounds
 
     def __len__(self) -> int:
         return len(self._ms)

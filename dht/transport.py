@@ -195,7 +195,8 @@ class RpcClient:
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
         self._timeouts: dict[str, int] = {}  # endpoint -> timeouts in a row
         self.bytes_sent = 0
-        self.on_rtt: Callable[[str, float], None] | None = None  # told each blocking call's round trip
+        # told each blocking call's round trip in seconds, or None when the peer did not answer
+        self.on_rtt: Callable[[str, float | None], None] | None = None
 
     # -- blocking -----------------------------------------------------------------------------------
     def call(self, endpoint: str, op: str, /, timeout: float | None = None, retries: int | None = None,
@@ -219,6 +220,8 @@ class RpcClient:
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
             self._timed_out(endpoint)
+        if self.on_rtt is not None:
+            self.on_rtt(endpoint, None)
         return Reply(False, err=f"no reply from {endpoint} within {timeout:g}s", timed_out=True)
 
     def _await(self, rid: int, timeout: float) -> dict | None:

@@ -55,3 +55,19 @@ def test_ring_check_accepts_any_of_the_k_samples_and_nothing_else():
     assert allowed_fingers(ids, 0, 7, BITS, 3) == [130, 140, 150]
     assert allowed_fingers(ids, 0, 6, BITS, 3) == [130]  # empty interval: the successor only
     assert allowed_fingers(ids, 130, 0, BITS, 4) == [140]  # [131, 132) is empty
+
+
+def test_a_peer_that_did_not_answer_is_down_for_a_while_and_up_once_it_answers():
+    rtt = RoundTrips(down_rounds=3)
+    rtt.observe("x:1", 0.002)
+    rtt.now = 10
+    rtt.observe("x:1", None)
+    assert rtt.get("x:1") is None and rtt.down("x:1")
+    rtt.now = 12
+    assert rtt.down("x:1")
+    rtt.now = 13
+    assert not rtt.down("x:1")
+    rtt.now = 14
+    rtt.observe("x:1", None)
+    rtt.observe("x:1", 0.001)
+    assert not rtt.down("x:1") and rtt.get("x:1") == 1.0

@@ -2,46 +2,15 @@
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 import pytest
 
-from dht.ids import finger_start, key_id
-from dht.routing import Peer, RoutingTable
+from dht.ids import key_id
+from dht.routing import RoutingTable
 from sim.kernels import floor_log2
 from sim.lookup import lookups
 from sim.ring import RingError, random_ring, ring_from_ids
-
-
-def routing_tables(ids: list[int], bits: int, r: int) -> dict[int, RoutingTable]:
-    """A converged ring of RoutingTables: every finger and successor list exact."""
-    ids = sorted(ids)
-    n = len(ids)
-    peers = [Peer(i, str(i)) for i in ids]
-
-    def successor_of(point: int) -> Peer:
-        return peers[bisect.bisect_left(ids, point) % n]
-
-    tables = {}
-    for pos, me in enumerate(peers):
-        t = RoutingTable(me, bits=bits, successors=r)
-        t.fingers = [successor_of(finger_start(me.id, j, bits)) for j in range(bits)]
-        t.successors = [peers[(pos + s) % n] for s in range(1, min(r, n - 1) + 1)]
-        t.predecessor = peers[(pos - 1) % n]
-        tables[me.id] = t
-    return tables
-
-
-def live_rule_lookup(tables: dict[int, RoutingTable], origin: int, k: int) -> tuple[int, int]:
-    """dht.client.iterative_lookup's loop over next_hop, without sockets: (owner id, hops)."""
-    cur, asked = origin, 0
-    while True:
-        asked += 1
-        step = tables[cur].next_hop(k)
-        if step.done:
-            return step.peer.id, asked - 1
-        cur = step.peer.id
+from tests.helpers.routing import live_rule_lookup, routing_tables
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 512, 4096])

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from dht.ids import key_id
-from dht.routing import Peer, RoutingTable
 from sim.latency import LognormalLatency, from_spec, position_delay, topology_latency
 from sim.lookup import lookups
 from sim.proximity import compare, pns_fingers, stretch
 from sim.ring import random_ring, ring_from_ids
+from tests.helpers.routing import live_rule_lookup, routing_tables
 
 
 def brute_pns_finger(ids: list[int], pos: int, j: int, k: int, bits: int, delay) -> int:
@@ -36,29 +36,6 @@ def brute_pns_finger(ids: list[int], pos: int, j: int, k: int, bits: int, delay)
     return min(candidates, key=lambda c: (delay(pos, c), candidates.index(c)))
 
 
-def pns_tables(ring, k: int, delay) -> dict[int, RoutingTable]:
-    ids = [int(i) for i in ring.ids]
-    n, r = len(ids), ring.r
-    peers = [Peer(i, str(i)) for i in ids]
-    tables = {}
-    for pos, me in enumerate(peers):
-        t = RoutingTable(me, bits=ring.bits, successors=r)
-        t.fingers = [peers[brute_pns_finger(ids, pos, j, k, ring.bits, delay)] for j in range(ring.bits)]
-        t.successors = [peers[(pos + s) % n] for s in range(1, min(r, n - 1) + 1)]
-        t.predecessor = peers[(pos - 1) % n]
-        tables[me.id] = t
-    return tables
-
-
-def walk(tables: dict[int, RoutingTable], origin: int, k: int) -> tuple[int, int]:
-    cur, hops = origin, 0
-    while True:
-        step = tables[cur].next_hop(k)
-        if step.done:
-            return step.peer.id, hops
-        cur, hops = step.peer.id, hops + 1
-
-
 @pytest.mark.parametrize(("n", "k", "spec"), [(64, 4, "lognormal,median=50,sigma=0.5"), (300, 16, "transit_stub"),
                                               (300, 2, "waxman,n=30")])
 def test_pns_fingers_and_routes_equal_the_rule_and_the_live_routing(n, k, spec):
@@ -75,11 +52,11 @@ def test_pns_fingers_and_routes_equal_the_rule_and_the_live_routing(n, k, spec):
     for pos in range(0, n, 7):
         for j in range(ft.base, bits):
             assert ft.table[j - ft.base, pos] == brute_pns_finger(ids, pos, j, k, bits, pair)
-    tables = pns_tables(ring, k, pair)
+    tables = routing_tables(ids, bits, ring.r, lambda pos, j: brute_pns_finger(ids, pos, j, k, bits, pair))
     batch = lookups(ring, 600, seed=n, fingers=ft, latency=model)
     assert batch.ok.all()
     for key, o, owner, hops in zip(batch.keys, batch.origins, batch.owners, batch.hops, strict=True):
-        assert (int(ring.ids[owner]), int(hops)) == walk(tables, ids[o], int(key))
+        assert (int(ring.ids[owner]), int(hops)) == live_rule_lookup(tables, ids[o], int(key))
     # the owner is the true one: the first id at or after the key
     assert (batch.owners == ring.owner_index(batch.keys)).all()
 
