@@ -16,7 +16,7 @@ import typer
 import zmq
 
 from dht import wire
-from dht.client import DhtClient, DhtError
+from dht.client import DhtClient, DhtError, contact
 
 EXIT_ERROR = 2
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,7 +40,7 @@ def clean_errors(fn: F) -> F:
             fail(f"{exc.strerror or exc}" + (f" ({zmq_hint(exc)})" if zmq_hint(exc) else ""))
         except (DhtError, wire.WireError, ValueError, OSError, TimeoutError, RuntimeError) as exc:
             message = str(exc) or type(exc).__name__
-            if "no reply from" in message:
+            if "no reply from" in message and "--curve" not in message:
                 message += " (is it running? a ring started with --curve serves only clients holding its keys)"
             fail(message)
 
@@ -62,9 +62,24 @@ def curve_setup(curve: Path | None, role: str):  # -> SocketSetup | None
     return socket_setup(curve, role)
 
 
-def dht_client(endpoint: str, curve: Path | None) -> DhtClient:
-    """A client for the one-shot commands; a ring that runs --curve answers only with the keys."""
-    return DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"))
+CONNECT_TIMEOUT = 5.0
+
+
+def connect_timeout_option() -> Any:
+    return typer.Option(CONNECT_TIMEOUT, "--connect-timeout", min=0.01,
+                        help="Seconds to wait for the first node to answer before giving up with an error.")
+
+
+def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNECT_TIMEOUT) -> DhtClient:
+    """A client for the one-shot commands, once `endpoint` has answered within `connect_timeout`
+    seconds; a ring that runs --curve answers only with the keys."""
+    client = DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"))
+    try:
+        contact(client.rpc, endpoint, connect_timeout)
+    except DhtError:
+        client.close()
+        raise
+    return client
 
 
 def endpoint_arg(text: str) -> str:

@@ -19,6 +19,7 @@ from chordpub.cli_common import (
     CURVE_HELP,
     check_source,
     clean_errors,
+    connect_timeout_option,
     curve_setup,
     dht_client,
     emit,
@@ -39,6 +40,8 @@ def node_start(
     host: str = typer.Option("127.0.0.1", help="Address to bind and advertise."),
     port: int = typer.Option(5555, help="Port to bind; 0 picks a free one."),
     join: str = typer.Option(None, help="Join the ring through this node (H:P); omit to create a ring."),
+    connect_timeout: float = typer.Option(5.0, "--connect-timeout", min=0.01, help="With --join: give up (exit "
+                                          "status 2) when the ring cannot be joined within this many seconds."),
     id: int = typer.Option(None, "--id", help="Node id; default key_id('host:port')."),
     bits: int = typer.Option(64, help="Identifier bits (8..128); every node of a ring must agree."),
     successors: int = typer.Option(8, help="Successor-list length r."),
@@ -66,7 +69,7 @@ def node_start(
         endpoint_arg(join)
     config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
-                        pns=pns)
+                        pns=pns, join_timeout=connect_timeout)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter
@@ -97,6 +100,13 @@ def node_start(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop_requested.set())
     node.start()
+    while not (node.joined.wait(0.1) or node.stopped.is_set()):
+        pass
+    if node.join_error is not None:
+        node.stop()
+        if relay_service is not None:
+            relay_service.close()
+        fail(node.join_error)
     if ready_file is not None:
         tmp = Path(f"{ready_file}.tmp")
         tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}))
@@ -118,9 +128,10 @@ def node_start(
 @clean_errors
 def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
               curve: Path = typer.Option(None, help=CURVE_HELP),
+              connect_timeout: float = connect_timeout_option(),
               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Show a node's id, predecessor, successor list, fingers and key count."""
-    with dht_client(endpoint, curve) as client:
+    with dht_client(endpoint, curve, connect_timeout) as client:
         info = client.info()
     out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns")}
 
@@ -146,9 +157,10 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
 def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at this node, H:P."),
                 key: str = typer.Argument(..., help="The key (a topic name)."),
                 curve: Path = typer.Option(None, help=CURVE_HELP),
+                connect_timeout: float = connect_timeout_option(),
                 as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Find the node that owns KEY, iteratively from ENDPOINT, with the path taken."""
-    with dht_client(endpoint, curve) as client:
+    with dht_client(endpoint, curve, connect_timeout) as client:
         found = client.lookup(key)
     if not found.ok:
         fail(f"lookup of {key!r} failed: {found.error}")
@@ -163,6 +175,7 @@ def node_lookup(endpoint: str = typer.Argument(..., help="Start the lookup at th
 def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at this node, H:P."),
                  keys: Path = typer.Option(..., help="A file of keys (topic names), one a line."),
                  curve: Path = typer.Option(None, help=CURVE_HELP),
+                 connect_timeout: float = connect_timeout_option(),
                  as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Look up every key of a file from ENDPOINT, one after another: owners, hops and latencies.
 
@@ -176,7 +189,7 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
     if not names:
         fail(f"--keys: {keys} holds no key")
     results = []
-    with dht_client(endpoint, curve) as client:
+    with dht_client(endpoint, curve, connect_timeout) as client:
         for key in names:
             client.lookup(key)
         for key in names:
@@ -194,9 +207,10 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
 @node_app.command("leave")
 @clean_errors
 def node_leave(endpoint: str = typer.Argument(..., help="The node that should leave, H:P."),
-               curve: Path = typer.Option(None, help=CURVE_HELP)) -> None:
+               curve: Path = typer.Option(None, help=CURVE_HELP),
+               connect_timeout: float = connect_timeout_option()) -> None:
     """Ask a node to leave the ring gracefully (it hands its keys to its successor and exits)."""
-    with dht_client(endpoint, curve) as client:
+    with dht_client(endpoint, curve, connect_timeout) as client:
         client.leave()
     typer.echo(f"{endpoint} is leaving the ring")
 
@@ -248,11 +262,12 @@ def ring_up(
 def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
                expect: int = typer.Option(None, help="Also require exactly this many nodes."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
+               connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Walk the ring by successor pointers and compare it with the ideal ring (exit 0 iff consistent)."""
     from dht.ringcheck import check_ring
 
-    with dht_client(endpoint, curve) as client:
+    with dht_client(endpoint, curve, connect_timeout) as client:
         report = check_ring(client, expected=expect)
 
     def human(o: dict) -> str:

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import CURVE_HELP, check_source, clean_errors, dht_client, emit, endpoint_arg, fail
+from chordpub.cli_common import (
+    CURVE_HELP,
+    check_source,
+    clean_errors,
+    connect_timeout_option,
+    dht_client,
+    emit,
+    endpoint_arg,
+    fail,
+)
 
 topic_app = typer.Typer(help="Inspect topics: their owner, publishers and subscribers.", no_args_is_help=True)
 
@@ -90,6 +99,7 @@ def pub(
     host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and service sockets on."),
     trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: topic, publisher, seq, sent_ns)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    connect_timeout: float = connect_timeout_option(),
     data_dir: Path = typer.Option(None, help="Keep every message here before it is sent, with the sequence "
                                   "numbering: restarted with the same directory, the publisher continues "
                                   "the sequence and repairs what it sent before."),
@@ -123,7 +133,7 @@ def pub(
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
     with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
-                data_dir=data_dir) as client:
+                data_dir=data_dir, connect_timeout=connect_timeout) as client:
         try:
             for t in topic:
                 client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
@@ -188,6 +198,7 @@ def sub(
                             "base64 with \"base64\": true when not UTF-8)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    connect_timeout: float = connect_timeout_option(),
     durable: str = typer.Option(None, help="A durable subscription of this name (reliable): its position per "
                                 "publisher is committed to --data-dir after each message is handled, and a "
                                 "restart with the same name and directory resumes after it."),
@@ -235,7 +246,8 @@ def sub(
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
         with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="subscriber", trace=trace, trace_run=run,
-                    trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir) as client:
+                    trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
+                    connect_timeout=connect_timeout) as client:
             subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
                                      durable=durable) for t in topic]
             while not (stop.is_set() or enough.is_set()):
@@ -254,8 +266,14 @@ def sub(
         typer.echo(f"chordpub: {why}", err=True)
     total = _totals(summaries, subs)
     emit(total, as_json, _human_summary)
-    if count is not None and received[0] < count and not stop.is_set():
-        sys.exit(1)
+    if stop.is_set():
+        return
+    if received[0] == 0:
+        fail(f"received nothing on {', '.join(repr(t) for t in topic)} "
+             + (f"in {seconds:g}s" if count is None or (deadline and time.monotonic() >= deadline) else "")
+             + f" ({total['publishers']} publishers found)", code=1)
+    if count is not None and received[0] < count:
+        fail(f"received {received[0]} of the {count} messages asked for", code=1)
 
 
 def _totals(summaries: list[dict], subs: list) -> dict:
@@ -293,11 +311,12 @@ def _human_summary(o: dict) -> str:
 def topic_info(topic: str = typer.Argument(..., help="The topic."),
                via: str = typer.Option(..., help="Any node of the ring, H:P."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
+               connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Show the topic's id, owner node, publishers (with strength and history) and subscriber count."""
     from pubsub.directory import topic_info as read_info
 
-    with dht_client(via, curve) as client:
+    with dht_client(via, curve, connect_timeout) as client:
         info = read_info(client, topic)
 
     def human(o: dict) -> str:

@@ -129,6 +129,16 @@ def _failed(k: int, trail: list[str], timeouts: int, t0: float, error: str) -> L
     return LookupResult(k, False, None, trail, timeouts, ms, error)
 
 
+def contact(rpc: RpcClient, endpoint: str, timeout: float) -> None:
+    """Wait at most `timeout` seconds for `endpoint` to answer a ping; a DhtError saying what was tried,
+    for how long, otherwise. Commands call it first so that a dead or wrong peer ends them quickly."""
+    reply = rpc.call(endpoint, "ping", timeout=timeout, retries=0)
+    if not reply.ok:
+        why = ("is a chordpub node running there? A ring started with --curve answers only clients "
+               "holding its keys" if reply.timed_out else reply.err)
+        raise DhtError(f"no reply from {endpoint} within {timeout:g}s ({why})", unreachable=reply.timed_out)
+
+
 class DhtClient:
     """A client of the ring entered through the node at `via` ("host:port")."""
 

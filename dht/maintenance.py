@@ -121,6 +121,7 @@ class Maintainer:
         if self.config.join is None or self.config.join == self.me.endpoint:
             node.joined.set()
             return
+        deadline = None if self.config.join_timeout is None else time.monotonic() + self.config.join_timeout
         while not node.stopped.is_set():
             found = iterative_lookup(self.me.id, self.config.join, self.remote_ask,
                                      max_steps=4 * self.config.bits + 16)
@@ -133,7 +134,12 @@ class Maintainer:
                 log.info("%s joined via %s; successor %s", self.me.endpoint, self.config.join,
                          found.owner.endpoint)
                 return
-            log.warning("join via %s failed (%s); retrying", self.config.join, found.error)
+            if deadline is not None and time.monotonic() + self.config.stabilize > deadline:
+                node.join_error = (f"could not join the ring via {self.config.join} within "
+                                   f"{self.config.join_timeout:g}s ({found.error})")
+                node.stopped.set()
+                return
+            log.debug("join via %s failed (%s); retrying", self.config.join, found.error)
             node.stopped.wait(self.config.stabilize)
 
     def round(self) -> None:

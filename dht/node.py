@@ -48,6 +48,7 @@ class NodeConfig:
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
     pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
+    join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
 
     def validate(self) -> None:
         check_bits(self.bits)
@@ -75,6 +76,7 @@ class ChordNode:
         self.lock = threading.RLock()
         self.stopped = threading.Event()
         self.joined = threading.Event()
+        self.join_error: str | None = None  # why the node gave up joining (join_timeout passed)
         self.jobs: queue.Queue[tuple[str, object]] = queue.Queue()
         self.changes: queue.Queue[Change] = queue.Queue()  # record changes dht/notifier.py publishes
         self.server = RpcServer(config.host, config.port, self._handle, setup=setup)

@@ -16,7 +16,11 @@ from dht.ids import distance, finger_start, owner_of
 
 
 def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict], list[str]]:
-    """Infos of the nodes met following successor pointers from `start`, and the problems met."""
+    """Infos of the nodes met following successor pointers from `start`, and the problems met.
+
+    A successor that does not answer (a node that died and is not yet healed around) is stepped over
+    through the next entries of the successor list, as the nodes themselves will; it is named in the
+    problems, so that a ring that is healing reports the nodes it could walk, not a short count."""
     infos: list[dict] = []
     problems: list[str] = []
     seen: set[str] = set()
@@ -27,8 +31,13 @@ def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict
         except DhtError as exc:
             if not infos:
                 raise
-            problems.append(f"{infos[-1]['endpoint']} points to {current}, which does not answer ({exc})")
-            return infos, problems
+            alive = _next_answering(client, infos[-1], seen, problems, exc)
+            if alive is None:
+                problems.append(f"the walk stopped at {infos[-1]['endpoint']}: none of its successors answers")
+                return infos, problems
+            current, info = alive
+            if info is None:  # stepping over the dead node closes the loop
+                return infos, problems
         infos.append(info)
         seen.add(current)
         if not info["successors"]:
@@ -43,6 +52,41 @@ def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict
             return infos, problems
     problems.append(f"walk stopped after {limit} nodes")
     return infos, problems
+
+
+def _next_answering(client: DhtClient, last: dict, seen: set[str], problems: list[str],
+                    first_error: DhtError) -> tuple[str, dict | None] | None:
+    """The first of `last`'s successors after the dead one that answers, and its info (None when it is
+    a node the walk has already met)."""
+    successors = [s["endpoint"] for s in last["successors"]]
+    problems.append(f"{last['endpoint']} points to {successors[0]}, which does not answer ({first_error})")
+    for endpoint in successors[1:]:
+        if endpoint in seen:
+            return endpoint, None
+        try:
+            info = client.info(endpoint)
+        except DhtError:
+            problems.append(f"{endpoint} (a later successor of {last['endpoint']}) does not answer either")
+            continue
+        return _back_to_nearest(client, last, endpoint, info, seen)
+    return None
+
+
+def _back_to_nearest(client: DhtClient, last: dict, endpoint: str, info: dict,
+                     seen: set[str]) -> tuple[str, dict]:
+    """A stale successor list may skip live nodes: follow predecessor pointers back while they stay
+    between `last` and the node reached, so that the walk misses none of them."""
+    bits = int(last.get("bits") or 64)
+    for _ in range(64):
+        pred = info["predecessor"]
+        if pred is None or pred["endpoint"] in seen or not 0 < distance(last["id"], pred["id"], bits) < distance(
+                last["id"], info["id"], bits):
+            break
+        try:
+            endpoint, info = pred["endpoint"], client.info(pred["endpoint"])
+        except DhtError:
+            break
+    return endpoint, info
 
 
 def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | None = None) -> dict:

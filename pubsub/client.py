@@ -32,7 +32,7 @@ from pathlib import Path
 import zmq
 
 from dht import wire
-from dht.client import DhtError
+from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
@@ -72,7 +72,8 @@ class Client:
     `data_dir` keeps what must outlive the process (pubsub/durable.py): its name, the sequence
     numbers and retained messages of what it publishes (written before they are sent), its durable
     subscriptions' positions, and its dead-letter queue. A data directory belongs to one client: a
-    different `name` is refused.
+    different `name` is refused. `connect_timeout` (default: `timeout`) bounds the constructor's
+    first contact with `via`: a DhtError saying so when it does not answer.
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
@@ -80,7 +81,8 @@ class Client:
                  trace: str | Path | None = None, trace_run: str = "live", trace_source: str = "live",
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  callback_thread: bool = False, context: zmq.Context | None = None,
-                 name: str | None = None, data_dir: str | Path | None = None) -> None:
+                 name: str | None = None, data_dir: str | Path | None = None,
+                 connect_timeout: float | None = None) -> None:
         wire.parse_endpoint(via)
         if not 0.01 <= heartbeat <= 3600:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
@@ -114,7 +116,7 @@ class Client:
                              on_archive=self._read_archive,
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
-            self._contact(timeout)
+            contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
         except BaseException:
             self._teardown()
             raise
@@ -130,13 +132,6 @@ class Client:
         start_authenticator(self._curve, self.context)
         return self._curve.setup
 
-    def _contact(self, timeout: float) -> None:
-        """The ring must answer before the client is of any use: say so at once if it does not."""
-        reply = self.registrar.dht.rpc.call(self.via, "ping", timeout=timeout, retries=0)
-        if not reply.ok:
-            raise DhtError(f"no reply from {self.via} within {timeout:g}s: is a chordpub node running there?"
-                           + (" (a ring started with --curve serves only clients holding its keys)"
-                              if reply.timed_out else f" ({reply.err})"))
 
     # -- publishing --------------------------------------------------------------------------------------
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,

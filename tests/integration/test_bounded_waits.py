@@ -1,0 +1,118 @@
+"""Every command that needs a live peer ends within its --connect-timeout, with one line and a non-zero
+exit; a subscriber that receives nothing says so; losing the entry node mid-run is not fatal."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import zmq
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+from dht.client import DhtError
+from dht.ids import key_id
+from tests.conftest import one_error_line, run_cli, start_module_ring
+
+SLACK = 6.0  # interpreter start-up and teardown on a slow machine, on top of the deadline
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "bounded-ring", 4)
+
+
+@pytest.fixture
+def dead_endpoint() -> str:
+    """A loopback port nobody listens on."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.close(linger=0)
+    return f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("command", [
+    ("sub", "--via", "{dead}", "--topic", "t"),  # no --seconds: it used to wait forever
+    ("sub", "--via", "{dead}", "--topic", "t", "--seconds", "30"),
+    ("pub", "--via", "{dead}", "--topic", "t", "--message", "x"),
+    ("topic", "info", "t", "--via", "{dead}"),
+    ("ring", "check", "{dead}"),
+    ("node", "info", "{dead}"),
+    ("node", "start", "--port", "0", "--join", "{dead}"),
+])
+def test_a_dead_peer_ends_within_the_connect_timeout_in_one_line(command, dead_endpoint):
+    args = [a.format(dead=dead_endpoint) for a in command] + ["--connect-timeout", "1.5"]
+    t0 = time.monotonic()
+    proc = run_cli(*args, timeout=60)
+    took = time.monotonic() - t0
+    one_error_line(proc, dead_endpoint, "1.5s")
+    assert took < 1.5 + SLACK, f"{' '.join(command)} took {took:.1f}s"
+
+
+def test_the_client_constructor_has_a_deadline(dead_endpoint):
+    t0 = time.monotonic()
+    with pytest.raises(DhtError, match=r"no reply from .* within 0.5s"):
+        Client(dead_endpoint, connect_timeout=0.5)
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_subscriber_that_receives_nothing_exits_non_zero(ring):
+    via = ring.nodes[0].endpoint
+    proc = run_cli("sub", "--via", via, "--topic", "nobody-publishes-here", "--seconds", "1", "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert '"received": 0' in proc.stdout  # the summary is still printed
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "received nothing" in lines[0] and "0 publishers" in lines[0], proc.stderr
+
+
+def test_losing_the_entry_node_mid_run_is_retried_through_other_nodes(ring, procs):
+    """The subscriber enters through a node that then dies (neither the topic's owner nor a replica):
+    it keeps its registration alive through the other nodes it learnt, and keeps receiving."""
+    topic = "survives-its-entry"
+    ids = sorted(n.id for n in ring.nodes)
+    owner_at = next((i for i, x in enumerate(ids) if x >= key_id(topic)), 0)
+    spare = {ids[(owner_at + k) % len(ids)] for k in range(3)}  # owner and its two replicas
+    entry = next(n for n in ring.nodes if n.id not in spare)
+    other = next(n for n in ring.nodes if n.id in spare)
+    received: list[int] = []
+    with Client(other.endpoint, heartbeat=0.2) as pub_client, Client(entry.endpoint, heartbeat=0.2) as sub_client:
+        sub_client.subscribe(topic, callback=lambda m: received.append(int(m.text)))
+        seq = [0]
+
+        def send_until(n: int) -> bool:
+            seq[0] += 1
+            pub_client.publish(topic, str(seq[0]))
+            return len(received) >= n
+
+        wait_for(lambda: send_until(3), 20, interval=0.05, what="first messages")
+        ring.kill(entry)
+        before = len(received)
+        wait_for(lambda: send_until(before + 20), 20, interval=0.05, what="messages after the entry node died")
+        # past three heartbeats after the kill: the lease was renewed without the entry node
+        mark, seen = time.monotonic() + 1.5, [0]
+
+        def delivered_after_a_lease() -> bool:
+            seq[0] += 1
+            pub_client.publish(topic, str(seq[0]))
+            if time.monotonic() < mark:
+                seen[0] = len(received)
+                return False
+            return len(received) > seen[0]
+
+        wait_for(delivered_after_a_lease, 20, interval=0.05, what="delivery a lease after the entry node died")
+
+
+def test_ring_check_steps_over_a_dead_node_while_the_ring_heals(ring_factory):
+    """Right after a death, before any node has noticed, the check still walks every live node and
+    names the dead one instead of reporting a short ring."""
+    ring = ring_factory(stabilize=1.5)
+    ring.start(5)
+    ring.wait_consistent(60)
+    victim = ring.nodes[2]
+    ring.kill(victim)
+    proc = run_cli("ring", "check", ring.nodes[0].endpoint, "--json")
+    report = json.loads(proc.stdout)
+    assert report["nodes"] == 4, report
+    if not report["consistent"]:
+        assert any(victim.endpoint in p for p in report["problems"]), report
