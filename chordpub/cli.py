@@ -13,6 +13,7 @@ import typer
 
 from chordpub import (
     cli_analyze,
+    cli_config,
     cli_dlq,
     cli_keys,
     cli_mininet,
@@ -23,7 +24,7 @@ from chordpub import (
     cli_study,
     cli_topo,
 )
-from chordpub.cli_common import CURVE_HELP, clean_errors
+from chordpub.cli_common import CURVE_HELP, clean_errors, fail, log_file_option, log_level_option, setup_logging
 from dht.ids import key_id
 
 app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ.",
@@ -42,6 +43,24 @@ app.add_typer(cli_mininet.mininet_app, name="mininet")
 app.command("analyze")(cli_analyze.analyze)
 app.add_typer(cli_keys.keys_app, name="keys")
 app.add_typer(cli_study.study_app, name="study")
+app.add_typer(cli_config.config_app, name="config")
+
+
+@app.callback()
+def root(ctx: typer.Context,
+         config: Path = typer.Option(None, "--config", help="A TOML file of settings for any command's options "
+                                     "(default: $CHORDPUB_CONFIG, else ./chordpub.toml if present); the command "
+                                     "line wins. `chordpub config show` prints them.")) -> None:
+    """chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ."""
+    from chordpub.config import ConfigError, config_path, load
+
+    path = config_path(config)
+    ctx.meta["chordpub.config"] = path
+    if path is not None:
+        try:
+            ctx.default_map = load(path, ctx.command)
+        except ConfigError as exc:
+            fail(str(exc))
 
 
 @app.command("demo")
@@ -52,10 +71,15 @@ def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishin
          nodes: int = typer.Option(8, min=1, max=256, help="Ring size."),
          lookups: int = typer.Option(1000, min=1, help="Lookups of random topic names."),
          curve: Path = typer.Option(None, help=CURVE_HELP + " Every process of the demo runs --curve."),
-         as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+         log_level: str = log_level_option(),
+         log_file: Path = log_file_option()) -> None:
     """The main job: a local ring, lookups from random nodes, then 3 publishers and 3 subscribers on
-    overlapping topics (direct, then relay), and what they measured."""
+    overlapping topics (direct, then relay), and what they measured. Every process's log is kept in
+    the run directory's logs/."""
     from chordpub.demo import run_demo
+
+    setup_logging(log_level, log_file)
 
     run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json, curve=curve)
 

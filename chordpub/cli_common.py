@@ -101,3 +101,28 @@ def zmq_hint(exc: zmq.ZMQError) -> str:
     if exc.errno == zmq.EADDRNOTAVAIL:
         return "that address is not one of this machine's: check --host"
     return ""
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level_option(default: str = "WARNING") -> Any:
+    return typer.Option(default, "--log-level", help=f"Least severe log records kept: {', '.join(LOG_LEVELS)}.")
+
+
+def log_file_option() -> Any:
+    return typer.Option(None, "--log-file", help="Append log records to this file instead of standard error.")
+
+
+def setup_logging(level: str, file: Path | None) -> None:
+    """Logging for a long-running command: records at `level` and above, to `file` or standard error."""
+    import logging
+    import sys
+
+    if level.upper() not in LOG_LEVELS:
+        fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    if file is not None and not file.parent.is_dir():
+        fail(f"--log-file {file}: the directory {file.parent} does not exist")
+    handler = logging.FileHandler(file) if file is not None else logging.StreamHandler(sys.stderr)
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")

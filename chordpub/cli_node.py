@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,10 @@ from chordpub.cli_common import (
     emit,
     endpoint_arg,
     fail,
+    log_file_option,
+    log_level_option,
     peer_text,
+    setup_logging,
 )
 from dht.ids import check_bits
 
@@ -57,14 +59,14 @@ def node_start(
     curve: Path = typer.Option(None, help=CURVE_HELP),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
-    log_level: str = typer.Option("INFO", help="Logging level."),
+    log_level: str = log_level_option("INFO"),
+    log_file: Path = log_file_option(),
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
     from dht.node import ChordNode, NodeConfig
 
     check_source(source)
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level, log_file)
     if join:
         endpoint_arg(join)
     config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
@@ -227,15 +229,21 @@ def ring_up(
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key."),
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
-    log_dir: Path = typer.Option(None, help="Node logs go here (default: a temporary directory)."),
+    log_dir: Path = typer.Option(None, help="The run directory: node logs and ready files go here "
+                                 "(default: runs/ring-DATE-TIME)."),
     wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    log_level: str = log_level_option(),
+    log_file: Path = log_file_option(),
 ) -> None:
-    """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM."""
+    """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM. Their logs
+    go to the run directory it prints."""
     from chordpub.launcher import LocalRing
 
+    setup_logging(log_level, log_file)
+
     check_bits(bits)
-    workdir = log_dir or Path(tempfile.mkdtemp(prefix="chordpub-ring-"))
+    workdir = log_dir or Path("runs") / time.strftime("ring-%Y%m%d-%H%M%S")
     options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
                "curve": curve}
     stop = threading.Event()

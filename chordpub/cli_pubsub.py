@@ -23,6 +23,9 @@ from chordpub.cli_common import (
     emit,
     endpoint_arg,
     fail,
+    log_file_option,
+    log_level_option,
+    setup_logging,
 )
 
 topic_app = typer.Typer(help="Inspect topics: their owner, publishers and subscribers.", no_args_is_help=True)
@@ -111,6 +114,8 @@ def pub(
     retain_bytes: int = typer.Option(None, min=1, help="... and at most this many payload bytes (default 64 MiB)."),
     archive: bool = typer.Option(False, "--archive", help="The topic's owner node keeps a copy of the retained "
                                  "messages, replicated like every key: history and repair outlive this publisher."),
+    log_level: str = log_level_option(),
+    log_file: Path = log_file_option(),
 ) -> None:
     """Publish on each TOPIC: the --message texts, the lines of --stdin, or COUNT synthetic messages of
     SIZE bytes at RATE per second."""
@@ -119,6 +124,7 @@ def pub(
     endpoint_arg(via)
     _check_mode(mode)
     _writable(trace, "--trace")
+    setup_logging(log_level, log_file)
     synthetic = count is not None or size is not None
     if sum((bool(message), stdin, synthetic)) > 1:
         fail("give one of --message, --stdin, or --count/--size (synthetic load)")
@@ -204,6 +210,8 @@ def sub(
                                 "restart with the same name and directory resumes after it."),
     data_dir: Path = typer.Option(None, help="Where a durable subscription keeps its positions and dead "
                                   "letters (`chordpub dlq show DIR`); one subscriber name per directory."),
+    log_level: str = log_level_option(),
+    log_file: Path = log_file_option(),
 ) -> None:
     """Receive every TOPIC from all of its publishers; print a summary per topic at the end."""
     from chordpub import Client
@@ -211,6 +219,7 @@ def sub(
     endpoint_arg(via)
     _check_mode(mode)
     check_source(source)
+    setup_logging(log_level, log_file)
     if (durable is None) != (data_dir is None):
         fail("--durable and --data-dir go together")
     if fmt not in FORMATS:
@@ -285,7 +294,7 @@ def _totals(summaries: list[dict], subs: list) -> dict:
         latency.merge(s.stats.latency)
     p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
     total = {k: sum(s[k] for s in summaries)
-             for k in ("received", "duplicates", "gaps", "recovered", "dropped", "redelivered")}
+             for k in ("expected", "received", "lost", "duplicates", "gaps", "recovered", "dropped", "redelivered")}
     total["publishers"] = len(set().union(*(s.stats.publishers for s in subs)))
     total["latency_ms"] = {"p50": None if p50 is None else round(p50, 3), "p99": None if p99 is None else round(p99, 3)}
     total["topics"] = summaries
@@ -297,8 +306,8 @@ def _human_summary(o: dict) -> str:
         lat = s["latency_ms"]
         latency = "no latency (nothing received)" if lat["p50"] is None else (
             f"latency p50 {lat['p50']} ms p99 {lat['p99']} ms")
-        return (f"{s['topic']}: received {s['received']} from {s['publishers']} publishers "
-                f"({s['recovered']} recovered), {s['duplicates']} duplicates, {s['gaps']} lost"
+        return (f"{s['topic']}: received {s['received']} of {s['expected']} expected from {s['publishers']} "
+                f"publishers ({s['recovered']} recovered), {s['lost']} lost, {s['duplicates']} duplicates"
                 + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "")
                 + (f", {s['redelivered']} redelivered after a restart" if s.get("redelivered") else "")
                 + f"; {latency}")

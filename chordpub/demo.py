@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import tempfile
 import time
 from pathlib import Path
 
@@ -108,8 +107,8 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
 
         setup = socket_setup(curve, "client")
     say = (lambda *_: None) if as_json else print
-    with tempfile.TemporaryDirectory(prefix="chordpub-demo-") as tmp, \
-            LocalRing(Path(tmp), options={"stabilize": 0.2, "curve": curve}, setup=setup) as ring:
+    logs = run_dir / "logs"  # every process's log, kept with the run
+    with LocalRing(logs, options={"stabilize": 0.2, "curve": curve}, setup=setup) as ring:
         say(f"starting a ring of {nodes} discovery nodes on 127.0.0.1 ...")
         ring.start(nodes)
         report, took = ring.wait_consistent(timeout=60)
@@ -122,7 +121,7 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
         if not as_json:
             print("\nlookups on the live ring")
             print(table(summary) + "\n")
-        pubsub = (run_pubsub(endpoints, seconds, run, run_dir, Path(tmp), say=say, curve=curve, setup=setup)
+        pubsub = (run_pubsub(endpoints, seconds, run, run_dir, logs, say=say, curve=curve, setup=setup)
                   if seconds > 0 else {})
     summary["pubsub"] = pubsub
     summary["run_dir"] = str(run_dir)
@@ -132,10 +131,11 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
         print(json.dumps(summary))
     else:
         if pubsub:
-            print("\npublish/subscribe on the live ring (delivered and lost summed over each topic's subscribers)")
+            print("\npublish/subscribe on the live ring (summed over each topic's publisher-subscriber pairs)")
             print(pubsub_table(pubsub))
-            print("  (best effort: what a publisher sends before a subscriber has connected to it is lost;\n"
-                  "   `--history K` or `--reliable` on `chordpub sub` recovers it)")
+            print("  (expected: each publisher's messages from the first sent after the subscriber joined to its\n"
+                  "   last; what was sent before the subscriber had connected counts as lost, unless recovered\n"
+                  "   from history: `chordpub sub --history K` or `--reliable`. docs/contracts.md, Accounting)")
         print(render(summary["analysis"]))
-        print(f"\ntraces: {run_dir}   (again: chordpub analyze {run_dir})")
+        print(f"\ntraces: {run_dir}   (again: chordpub analyze {run_dir}); logs: {logs}")
     return summary

@@ -20,6 +20,7 @@ from chordpub.launcher import stop_processes, wait_for
 from dht.client import DhtClient
 from dht.transport import SocketSetup
 from pubsub.directory import topic_info
+from traces.accounting import add, pair_figures
 from traces.writer import read_jsonl
 
 PUBLISHERS = {"p1": "alpha", "p2": "beta", "p3": "alpha"}
@@ -70,33 +71,37 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
 
 
 def phase_table(mode: str, run_dir: Path) -> dict[str, dict]:
-    """Per topic: sent, delivered (summed over its subscribers), lost, duplicates, latency p50/p99."""
+    """Per topic of a demo phase: its publishers' and subscribers' figures (`topic_figures`)."""
     out: dict[str, dict] = {}
     for topic in sorted(set(PUBLISHERS.values())):
-        sent: set[tuple[str, int]] = set()
-        for name, t in PUBLISHERS.items():
-            if t == topic:
-                sent |= {(r["publisher"], r["seq"]) for r in read_jsonl(run_dir / "sent" / f"{mode}-{name}.jsonl")}
-        subs = [name for name, t in SUBSCRIBERS.items() if t == topic]
-        delivered = lost = dups = 0
-        latencies: list[float] = []
-        for name in subs:
-            rows = read_jsonl(run_dir / "deliveries" / f"{mode}-{name}.jsonl")
-            got = [(r["publisher"], r["seq"]) for r in rows]
-            unique = set(got) & sent
-            delivered += len(unique)
-            lost += len(sent - unique)
-            dups += len(got) - len(set(got))
-            latencies += [r["latency_ms"] for r in rows]
-        lat = np.asarray(latencies, dtype=float)
-        out[topic] = {
-            "publishers": sum(t == topic for t in PUBLISHERS.values()), "subscribers": len(subs),
-            "sent": len(sent), "expected": len(sent) * len(subs), "delivered": delivered, "lost": lost,
-            "duplicates": dups,
-            "latency_p50_ms": round(float(np.percentile(lat, 50)), 3) if lat.size else None,
-            "latency_p99_ms": round(float(np.percentile(lat, 99)), 3) if lat.size else None,
-        }
+        pubs = [run_dir / "sent" / f"{mode}-{n}.jsonl" for n, t in PUBLISHERS.items() if t == topic]
+        subs = [run_dir / "deliveries" / f"{mode}-{n}.jsonl" for n, t in SUBSCRIBERS.items() if t == topic]
+        out[topic] = topic_figures(pubs, subs)
     return out
+
+
+def topic_figures(sent_files: list[Path], delivery_files: list[Path]) -> dict:
+    """One topic: messages sent, and expected / delivered / recovered / lost / duplicates summed over its
+    (publisher, subscriber) pairs by the shared accounting (traces/accounting.py), latency p50/p99.
+    `sent_files` are the publishers' `pub --trace` files, `delivery_files` one per subscriber."""
+    last_sent: dict[str, int] = {}
+    sent = 0
+    for f in sent_files:
+        for r in read_jsonl(f):
+            sent += 1
+            last_sent[r["publisher"]] = max(last_sent.get(r["publisher"], 0), r["seq"])
+    total: dict[str, int] = {}
+    latencies: list[float] = []
+    for f in delivery_files:
+        rows = read_jsonl(f)
+        for publisher in set(last_sent) | {r["publisher"] for r in rows}:
+            add(total, pair_figures([r for r in rows if r["publisher"] == publisher], last_sent.get(publisher)))
+        latencies += [r["latency_ms"] for r in rows]
+    lat = np.asarray(latencies, dtype=float)
+    return {"publishers": len(sent_files), "subscribers": len(delivery_files), "sent": sent,
+            **{k: total.get(k, 0) for k in ("expected", "delivered", "recovered", "lost", "duplicates")},
+            "latency_p50_ms": round(float(np.percentile(lat, 50)), 3) if lat.size else None,
+            "latency_p99_ms": round(float(np.percentile(lat, 99)), 3) if lat.size else None}
 
 
 def run_pubsub(endpoints: list[str], seconds: float, run: str, run_dir: Path, logdir: Path,
@@ -116,11 +121,17 @@ def run_pubsub(endpoints: list[str], seconds: float, run: str, run_dir: Path, lo
 
 
 def pubsub_table(results: dict[str, dict]) -> str:
-    head = ("mode", "topic", "pubs", "subs", "expected", "delivered", "lost", "dups", "p50 ms", "p99 ms")
+    head = ("mode", "topic", "pubs", "subs", "expected", "delivered", "recovered", "lost", "dups", "p50 ms",
+            "p99 ms")
     rows = [head]
     for mode, topics in results.items():
         for topic, r in topics.items():
-            rows.append((mode, topic, r["publishers"], r["subscribers"], r["expected"], r["delivered"], r["lost"],
-                         r["duplicates"], r["latency_p50_ms"], r["latency_p99_ms"]))
+            rows.append((mode, topic, r["publishers"], r["subscribers"], r["expected"], r["delivered"],
+                         r["recovered"], r["lost"], r["duplicates"], _ms(r["latency_p50_ms"]),
+                         _ms(r["latency_p99_ms"])))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     return "\n".join("  " + "  ".join(f"{str(v):>{w}}" for v, w in zip(row, widths, strict=True)) for row in rows)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"

@@ -392,4 +392,4 @@ class Client:
             self._trace.write({"run": self._trace_run, "source": self._trace_source, "mode": mode,  # type: ignore[union-attr]
                                "topic": m.topic, "publisher": m.publisher, "subscriber": self.id, "seq": m.seq,
                                "sent_ns": m.sent_ns, "recv_ns": m.recv_ns, "latency_ms": m.latency_ms,
-                               "recovered": m.recovered})
+                               "recovered": m.recovered, "first_owed": m.first_owed})

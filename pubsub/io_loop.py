@@ -219,6 +219,9 @@ class IoLoop:
         while ts.heads:
             st = ts.heads.pop(0)
             self._ask_head(ts, st, ts.on_head)
+        while ts.starts:
+            st = ts.starts.pop(0)
+            self._ask_head(ts, st, ts.on_start)
         while ts.dead:
             letter = ts.dead.pop(0)
             if self.on_dead_letter is not None:

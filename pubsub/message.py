@@ -15,7 +15,9 @@ class Message:
     `sent_ns` the publisher's wall clock when it sent, `recv_ns` ours when it came off the network;
     `recovered` says it came from the publisher's history (a late joiner's catch-up or a repaired
     gap) rather than live; `redelivered`, on a durable subscription, that it was handed to the
-    application before the process stopped without committing it: it may have been seen already.
+    application before the process stopped without committing it: it may have been seen already;
+    `first_owed` the first of this publisher's sequence numbers the subscription counts as expected
+    (1, or where the publisher stood when a best-effort subscription joined it; docs/contracts.md).
     """
 
     topic: str
@@ -26,6 +28,7 @@ class Message:
     recv_ns: int
     recovered: bool = False
     redelivered: bool = False
+    first_owed: int = 1
     _commit: Callable[[Message], None] | None = field(default=None, repr=False, compare=False)
 
     def commit(self) -> None:

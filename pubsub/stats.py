@@ -71,6 +71,7 @@ class SeqWindow:
         self.above: set[int] = set()
         self.highest = prefix
         self.given_up = 0  # missing numbers that fell below the window: lost
+        self.first_owed = prefix + 1  # the first number counted as expected (docs/contracts.md, Accounting)
 
     def add(self, seq: int) -> bool:
         """Record `seq`; False if it was seen before (a duplicate)."""
@@ -96,6 +97,20 @@ class SeqWindow:
                 self.above.discard(self.prefix)
         return True
 
+    def owe_from(self, first: int) -> None:
+        """The subscriber is owed this publisher's messages from `first` on (it joined after the
+        earlier ones were sent): numbers below it are neither missing nor expected."""
+        floor = first - 1
+        if floor <= self.prefix:
+            return
+        self.first_owed = first
+        self.above = {s for s in self.above if s > floor}
+        self.prefix = floor
+        self.highest = max(self.highest, floor)
+        while self.prefix + 1 in self.above:
+            self.prefix += 1
+            self.above.discard(self.prefix)
+
     def missing(self) -> int:
-        """Numbers between the start and the highest seen that never came."""
+        """Numbers between the first owed and the highest seen that never came."""
         return self.given_up + (self.highest - self.prefix) - len(self.above)

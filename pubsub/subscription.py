@@ -55,9 +55,11 @@ class Stats:
     lost_before: int = 0  # best-effort gaps of publishers that have since gone
 
     def summary(self, topic: str, lost: int) -> dict:
-        """The `sub --json` object of one topic (the CLI contract, with `lost` and `dropped` added)."""
+        """The `sub --json` object of one topic (the CLI contract). `expected`, `received` (of which
+        `recovered`) and `lost` follow the accounting of docs/contracts.md; `gaps` is `lost`'s older name."""
         p50, p99 = self.latency.quantile(0.5), self.latency.quantile(0.99)
         return {"topic": topic, "received": self.received, "duplicates": self.duplicates, "gaps": lost,
+                "lost": lost, "expected": self.received - self.redelivered + lost,
                 "publishers": len(self.publishers), "recovered": self.recovered, "dropped": self.dropped,
                 "redelivered": self.redelivered,
                 "latency_ms": {"p50": None if p50 is None else round(p50, 3),
@@ -72,6 +74,7 @@ class Stream:
         self.window = SeqWindow()  # best effort
         self.expected = 1  # reliable: the next sequence number to deliver
         self.handed_before = 0  # durable: up to here, handed to the application before a restart
+        self.first_owed = 1  # reliable: where delivery started (after a durable position, or 1)
         self.buffer: dict[int, tuple[Envelope, bool]] = {}  # reliable: waiting for the gap before them
         self.catching_up = catching_up  # history or reliable start being fetched: live is held
         self.history_missing = False  # best effort with history: not obtained yet (the source may fail)
@@ -116,6 +119,8 @@ class TopicState:
         self.deliveries: list[Message] = []
         self.fetches: list[tuple[Stream, int, int | None]] = []  # (stream, from, to or None: the newest)
         self.heads: list[Stream] = []  # streams whose newest seq must be asked first (history k)
+        self.starts: list[Stream] = []  # best effort, joining a running publisher: where is it now?
+        self._joined = False  # the first reconcile is done: publishers met later owe us from seq 1
         self.dead: list[DeadLetter] = []
         self.moved: list[tuple[Stream, str]] = []  # (stream, its old PUB endpoint): reconnect
         self.reread = False
@@ -158,13 +163,17 @@ class TopicState:
             if self.reliable:
                 if self.start is not None:
                     committed, st.handed_before = self.start(pid)
-                    st.expected = committed + 1
+                    st.expected = st.first_owed = committed + 1
                 self.fetches.append((st, st.expected, None))
                 st.fetching = True
             elif self.history:
                 self.heads.append(st)
                 st.fetching = True
                 st.history_missing = True
+            elif not self._joined:  # it was publishing before we came: we are owed from its next seq on
+                st.catching_up = st.fetching = True
+                self.starts.append(st)
+        self._joined = True
         chosen = leader([s.entry for s in self.streams.values()])
         self._leader = None if chosen is None else chosen.id
         for st in new:
@@ -206,10 +215,18 @@ class TopicState:
             return
         self._accept(st, env, False, recv_ns)
 
+    def on_start(self, st: Stream, body: dict, recv_ns: int) -> None:
+        """Best effort, joining a running publisher: its newest seq now is the last we are not owed.
+        (Asked before anything live is delivered: a message lost while our connection to it was
+        being made is counted lost, the slow-joiner loss.)"""
+        st.window.owe_from(_uint(body.get("last")) + 1)
+        self.fetch_done(st, recv_ns)
+
     def on_head(self, st: Stream, body: dict, recv_ns: int) -> None:
         """The publisher's answer to "last 0": where its history starts and ends; fetch our k of it."""
         last, first = _uint(body.get("last")), _uint(body.get("first"))
         lo = max(last - self.history + 1, first, 1)
+        st.window.owe_from(lo)
         if last >= lo:
             self.fetches.append((st, lo, last))
         else:
@@ -301,7 +318,8 @@ class TopicState:
     def _deliver(self, st: Stream, env: Envelope, recovered: bool, recv_ns: int) -> None:
         if self._leader is not None and self._leader != st.entry.id:
             return  # exclusive topic: only the strongest publisher is delivered
-        msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered)
+        msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered,
+                      first_owed=st.window.first_owed if not self.reliable else st.first_owed)
         if env.seq <= st.handed_before:
             msg.redelivered = True
             self.stats.redelivered += 1

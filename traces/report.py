@@ -26,9 +26,9 @@ LOOKUP_COLUMNS = (("run", "run"), ("source", "source"), ("nodes", "nodes"), ("co
                   ("p50_hops", "p50"), ("p99_hops", "p99"), ("mean_timeouts", "timeouts"),
                   ("latency_p50_ms", "p50 ms"), ("latency_p99_ms", "p99 ms"))
 DELIVERY_COLUMNS = (("run", "run"), ("source", "source"), ("mode", "mode"), ("topic", "topic"),
-                    ("count", "delivered"), ("duplicates", "dups"), ("missing", "missing"),
-                    ("recovered", "recovered"), ("latency_p50_ms", "p50 ms"), ("latency_p99_ms", "p99 ms"),
-                    ("latency_max_ms", "max ms"))
+                    ("expected", "expected"), ("delivered", "delivered"), ("recovered", "recovered"),
+                    ("lost", "lost"), ("duplicates", "dups"), ("latency_p50_ms", "p50 ms"),
+                    ("latency_p99_ms", "p99 ms"), ("latency_max_ms", "max ms"))
 
 LOAD_COLUMNS = (("run", "run"), ("source", "source"), ("virtual", "virtual"), ("nodes", "nodes"), ("keys", "keys"),
                 ("mean", "mean"), ("p1", "p1"), ("p50", "p50"), ("p99", "p99"), ("max", "max"))
@@ -53,7 +53,8 @@ def render(result: dict) -> str:
     if result["lookups"]:
         parts += ["lookups (hops and latency over successful lookups)", table(result["lookups"], LOOKUP_COLUMNS)]
     if result["deliveries"]:
-        parts += ["deliveries (missing: sequence gaps between a pair's first and last message)",
+        parts += ["deliveries (per publisher-subscriber pair, from the first message owed to the last delivered; "
+                  "lost: owed, never delivered)",
                   table(result["deliveries"], DELIVERY_COLUMNS)]
     if result.get("load"):
         parts += ["keys per real node", table(result["load"], LOAD_COLUMNS)]

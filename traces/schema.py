@@ -49,6 +49,7 @@ DELIVERIES: tuple[Field, ...] = (
     Field("recv_ns", "int"),
     Field("latency_ms", "float"),
     Field("recovered", "bool"),
+    Field("first_owed", "int", nullable=True),  # the publisher's first seq this subscriber is owed (accounting)
 )
 
 LOAD: tuple[Field, ...] = (  # keys per real node, from `chordpub sim load --out` (SIGCOMM'01 Figs. 8-9)

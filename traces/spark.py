@@ -202,27 +202,44 @@ def aggregate_load(good) -> list[dict]:
     return sorted(out, key=lambda o: (o["run"], o["source"], o["virtual"]))
 
 
+def delivery_pairs(rows, keys: list[str]):
+    """One row per (keys..., publisher, subscriber) pair: arrivals `n`, `distinct` seqs, `lo` (the first
+    owed seq, or the first delivered in traces written before `first_owed` existed), `hi`, and of the
+    owed seqs the `delivered` and `recovered` ones (traces/accounting.py)."""
+    from pyspark.sql import functions as F
+
+    pair = [*keys, "publisher", "subscriber"]
+    bounds = rows.groupBy(*pair).agg(
+        F.count(F.lit(1)).alias("n"), F.countDistinct("seq").alias("distinct"),
+        F.coalesce(F.max("first_owed"), F.min("seq")).alias("lo"), F.max("seq").alias("hi"))
+    owed = rows.join(bounds.select(*pair, "lo"), on=pair).where(F.col("seq") >= F.col("lo")).groupBy(*pair).agg(
+        F.countDistinct("seq").alias("delivered"),
+        F.countDistinct(F.when(F.col("recovered"), F.col("seq"))).alias("recovered"))
+    return bounds.join(owed, on=pair, how="left").fillna(0, subset=["delivered", "recovered"])
+
+
 def aggregate_deliveries(good) -> list[dict]:
-    """By (run, source, mode, topic): deliveries, duplicates (a (publisher, subscriber, seq) seen
-    again), missing (sequence numbers absent between each pair's first and last), recovered, latency."""
+    """By (run, source, mode, topic), summed over (publisher, subscriber) pairs by the accounting of
+    traces/accounting.py: expected (from the pair's first owed seq to the highest delivered), delivered,
+    recovered, lost (`missing`, its older name), duplicates (a seq arriving again); and latency."""
     from pyspark.sql import functions as F
 
     keys = list(GROUPS["deliveries"])
-    pairs = good.groupBy(*keys, "publisher", "subscriber").agg(
-        F.count(F.lit(1)).alias("n"), F.countDistinct("seq").alias("distinct"),
-        F.min("seq").alias("lo"), F.max("seq").alias("hi"))
-    per_topic = pairs.groupBy(*keys).agg(
+    per_topic = delivery_pairs(good, keys).groupBy(*keys).agg(
         F.sum(F.col("n") - F.col("distinct")).alias("duplicates"),
-        F.sum(F.col("hi") - F.col("lo") + 1 - F.col("distinct")).alias("missing"),
+        F.sum(F.greatest(F.col("hi") - F.col("lo") + 1, F.lit(0))).alias("expected"),
+        F.sum("delivered").alias("delivered"), F.sum("recovered").alias("recovered"),
         F.countDistinct("publisher").alias("publishers"), F.countDistinct("subscriber").alias("subscribers"))
     latency = good.groupBy(*keys).agg(
-        F.count(F.lit(1)).alias("count"), F.sum(F.col("recovered").cast("long")).alias("recovered"),
+        F.count(F.lit(1)).alias("count"),
         _pct("latency_ms", 0.5, 0.99).alias("latency_pct"), F.max("latency_ms").alias("latency_max_ms"))
     out = []
     for r in latency.join(per_topic, on=keys).collect():
         lp = r["latency_pct"] or [None, None]
+        lost = int(r["expected"]) - int(r["delivered"])
         out.append({k: r[k] for k in keys} | {
-            "count": int(r["count"]), "duplicates": int(r["duplicates"]), "missing": int(r["missing"]),
+            "count": int(r["count"]), "duplicates": int(r["duplicates"]), "expected": int(r["expected"]),
+            "delivered": int(r["delivered"]), "lost": lost, "missing": lost,
             "recovered": int(r["recovered"]), "publishers": int(r["publishers"]),
             "subscribers": int(r["subscribers"]), "latency_p50_ms": lp[0], "latency_p99_ms": lp[1],
             "latency_max_ms": r["latency_max_ms"]})

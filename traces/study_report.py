@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traces.spark import _pct, find_traces, load, size_shuffle
+from traces.spark import _pct, delivery_pairs, find_traces, load, size_shuffle
 from traces.writer import run_complete
 
 SENT_SCHEMA = (("topic", "string"), ("publisher", "string"), ("seq", "long"), ("sent_ns", "long"))
@@ -106,21 +106,20 @@ def _deliveries(spark, files, keys, result: dict) -> dict[int, dict]:
     if good is None:
         return {}
     rows = good.join(keys, "run")
-    pairs = rows.groupBy("grp", "run", "source", "mode", "topic", "publisher", "subscriber").agg(
-        F.count(F.lit(1)).alias("n"), F.countDistinct("seq").alias("distinct"),
-        F.min("seq").alias("lo"), F.max("seq").alias("hi"))
+    pairs = delivery_pairs(rows, ["grp", "run", "source", "mode", "topic"])
     per_pair = {int(r["grp"]): r for r in pairs.groupBy("grp").agg(
         F.sum("distinct").alias("distinct"), F.sum(F.col("n") - F.col("distinct")).alias("duplicates"),
-        F.sum(F.col("hi") - F.col("lo") + 1 - F.col("distinct")).alias("missing")).collect()}
+        F.sum(F.col("recovered")).alias("recovered"),
+        F.sum(F.greatest(F.col("hi") - F.col("lo") + 1, F.lit(0)) - F.col("delivered")).alias("missing")).collect()}
     steps = [i / CDF_STEPS for i in range(CDF_STEPS + 1)]
     out: dict[int, dict] = {}
     for r in rows.groupBy("grp").agg(
-            F.count(F.lit(1)).alias("count"), F.sum(F.col("recovered").cast("long")).alias("recovered"),
+            F.count(F.lit(1)).alias("count"),
             _pct("latency_ms", 0.5, 0.9, 0.99).alias("pct"), F.max("latency_ms").alias("max"),
             _pct("latency_ms", *steps).alias("cdf")).collect():
         g = int(r["grp"])
         p = per_pair[g]
-        out[g] = {"count": int(r["count"]), "recovered": int(r["recovered"]), "pct": r["pct"], "max": r["max"],
+        out[g] = {"count": int(r["count"]), "recovered": int(p["recovered"]), "pct": r["pct"], "max": r["max"],
                   "cdf": r["cdf"], "distinct": int(p["distinct"]), "duplicates": int(p["duplicates"]),
                   "missing": int(p["missing"])}
     return out

@@ -35,6 +35,7 @@ def range_reply(pub: Publication, lo: int, hi: int | None) -> dict:
 
 def test_best_effort_counts_duplicates_and_gaps_and_delivers_each_once():
     ts = TopicState("t", "me")
+    ts.reconcile([])  # subscribed before the publisher came: owed everything from seq 1
     ts.reconcile([A])
     for seq in (1, 2, 2, 5, 4, 4):
         ts.on_message(env(seq), 2_000_000)
@@ -117,6 +118,7 @@ def test_only_the_strongest_is_delivered_on_an_exclusive_topic():
     ts = TopicState("t", "me")
     strong = PublisherEntry("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1", strength=5)
     weak = PublisherEntry("127.0.0.1:2", "127.0.0.1:2", "127.0.0.1:2", strength=1)
+    ts.reconcile([])
     ts.reconcile([strong, weak])
     ts.on_message(env(1, weak), 1)
     ts.on_message(env(1, strong), 1)
@@ -128,6 +130,7 @@ def test_only_the_strongest_is_delivered_on_an_exclusive_topic():
 
 def test_a_departed_publisher_is_delivered_until_forgotten_and_may_come_back():
     ts = TopicState("t", "me")
+    ts.reconcile([])
     ts.reconcile([A])
     ts.on_message(env(1), 1)
     new, gone = ts.reconcile([])  # its unregistration overtook its last messages
@@ -216,3 +219,22 @@ def test_owner_arcs_answer_for_keys_in_known_arcs_only():
     arcs.learn("c", (None, 7))  # no predecessor known: not cached
     arcs.forget("b")
     assert arcs.owner(10) is None and arcs.owner(150) == "a"
+
+
+def test_a_late_best_effort_joiner_is_owed_from_the_publishers_next_seq():
+    """Joining a publisher that has sent 10: seq 11 on are owed (11 and 13 came: 12 is lost), 1-10 are
+    not; live messages wait for the answer, so every delivery says where it is owed from."""
+    pub = Publication("t", A.id, history_size=0)
+    for i in range(10):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me")
+    new, _ = ts.reconcile([A])
+    assert ts.starts == new and new[0].catching_up
+    ts.starts.clear()
+    ts.on_message(env(11), 5)
+    assert not ts.deliveries
+    ts.on_start(new[0], pub.serve("last", count=0), 6)
+    ts.on_message(env(13), 7)
+    assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(11, 11), (13, 11)]
+    assert ts.lost == 1
+    assert ts.summary()["expected"] == 3
