@@ -4,10 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
+STAMP_NB   := $(VENV)/.installed-notebooks
 DEB_PACKAGES := mininet bridge-utils iputils-ping
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint system-deps clean
+.PHONY: demo test lint notebooks system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +19,11 @@ $(STAMP_RUN): setup.cfg pyproject.toml | $(PY)
 	touch $@
 
 $(STAMP_TEST): setup.cfg pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,notebooks]'
+	touch $@ $(STAMP_RUN) $(STAMP_NB)
+
+$(STAMP_NB): setup.cfg pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[notebooks]'
 	touch $@ $(STAMP_RUN)
 
 # Debian packages the Mininet tests need; installed only when running as root and missing.
@@ -38,6 +43,10 @@ demo: $(STAMP_RUN)
 test: $(STAMP_TEST) system-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# JupyterLab on the analysis notebooks (plots inline); open the URL it prints.
+notebooks: $(STAMP_NB)
+	$(VENV)/bin/jupyter lab notebooks/
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

@@ -126,3 +126,9 @@ def setup_logging(level: str, file: Path | None) -> None:
     handler = logging.FileHandler(file) if file is not None else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def metrics_port_option() -> Any:
+    return typer.Option(None, "--metrics-port", min=0, max=65535,
+                        help="Serve Prometheus metrics on http://HOST:PORT/metrics (0: a free port, named in the "
+                             "log); off by default.")

@@ -26,6 +26,7 @@ from chordpub.cli_common import (
     fail,
     log_file_option,
     log_level_option,
+    metrics_port_option,
     peer_text,
     setup_logging,
 )
@@ -61,6 +62,7 @@ def node_start(
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
     log_level: str = log_level_option("INFO"),
     log_file: Path = log_file_option(),
+    metrics_port: int = metrics_port_option(),
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
     from dht.node import ChordNode, NodeConfig
@@ -87,17 +89,30 @@ def node_start(
         relay_service = Relay(host, setup=setup).start()
         config.services.update(relay_service.services)
     node = ChordNode(config, setup=setup)
-    if writer is not None:
-        lock = threading.Lock()
+    hops = None
+    if metrics_port is not None:
+        from dht.metrics import LookupHops
 
-        def record(found: Any) -> None:
+        hops = LookupHops()
+    lock = threading.Lock()
+
+    def record(found: Any) -> None:
+        if hops is not None:
+            hops.add(found)
+        if writer is not None:
             with lock:
                 writer.write({"run": run, "source": source, "nodes": None, "key_id": found.key_id,
                               "origin": node.me.id, "owner": found.owner.id if found.owner else None,
                               "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
                               "ok": found.ok, "ts": time.time()})
 
+    if writer is not None or hops is not None:
         config.on_lookup = record
+    metrics = None
+    if hops is not None:
+        from dht.metrics import NodeCollector, serve
+
+        metrics = serve(NodeCollector(node, hops), metrics_port, host)[0]
     stop_requested = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop_requested.set())
@@ -111,9 +126,11 @@ def node_start(
         fail(node.join_error)
     if ready_file is not None:
         tmp = Path(f"{ready_file}.tmp")
-        tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}))
+        tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}
+                                  | ({"metrics": f"{host}:{metrics.server_port}"} if metrics else {})))
         os.replace(tmp, ready_file)
-    logging.getLogger("chordpub").info("node %s id %d serving", node.endpoint, node.me.id)
+    logging.getLogger("chordpub").info("node %s id %d serving" + (
+        f"; metrics on http://{host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint, node.me.id)
     while not stop_requested.is_set() and not node.stopped.is_set():
         stop_requested.wait(0.2)
     if not node.stopped.is_set():

@@ -25,6 +25,7 @@ from chordpub.cli_common import (
     fail,
     log_file_option,
     log_level_option,
+    metrics_port_option,
     setup_logging,
 )
 
@@ -116,6 +117,7 @@ def pub(
                                  "messages, replicated like every key: history and repair outlive this publisher."),
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
+    metrics_port: int = metrics_port_option(),
 ) -> None:
     """Publish on each TOPIC: the --message texts, the lines of --stdin, or COUNT synthetic messages of
     SIZE bytes at RATE per second."""
@@ -139,7 +141,8 @@ def pub(
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
     with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
-                data_dir=data_dir, connect_timeout=connect_timeout) as client:
+                data_dir=data_dir, connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
+        _say_metrics(client)
         try:
             for t in topic:
                 client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
@@ -163,6 +166,11 @@ def pub(
             if out:
                 out.close()
         typer.echo(f"published {sent} messages on {', '.join(repr(t) for t in topic)} as {client.id}", err=True)
+
+
+def _say_metrics(client) -> None:  # noqa: ANN001 - a chordpub.Client
+    if client.metrics_endpoint:
+        typer.echo(f"metrics on http://{client.metrics_endpoint}/metrics", err=True)
 
 
 def _printer(fmt: str, several: bool):  # noqa: ANN202 - (Message) -> None
@@ -212,6 +220,7 @@ def sub(
                                   "letters (`chordpub dlq show DIR`); one subscriber name per directory."),
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
+    metrics_port: int = metrics_port_option(),
 ) -> None:
     """Receive every TOPIC from all of its publishers; print a summary per topic at the end."""
     from chordpub import Client
@@ -256,7 +265,8 @@ def sub(
     try:
         with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="subscriber", trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
-                    connect_timeout=connect_timeout) as client:
+                    connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
+            _say_metrics(client)
             subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
                                      durable=durable) for t in topic]
             while not (stop.is_set() or enough.is_set()):

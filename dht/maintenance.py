@@ -82,6 +82,7 @@ class Maintainer:
         self._hand_back_pending = node.store.loaded > 0  # restarted from --data-dir
         self._pred_missed = 0
         self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
+        self._last_successor: Peer | None = None  # for the successor-changes counter
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -156,6 +157,10 @@ class Maintainer:
             node.store.expire(time.monotonic(), self.config.replica_lease_periods * self.config.stabilize,
                               self.routing.owns)
             node.rounds += 1
+            successor = self.routing.successor
+            if successor != self._last_successor:
+                node.successor_changes += self._last_successor is not None
+                self._last_successor = successor
 
     def stabilize(self) -> None:
         """stabilize(): verify the successor, adopt a closer one, refresh the list, notify it."""

@@ -92,6 +92,8 @@ class ChordNode:
         self.round_trips = None  # set by the Maintainer: its calls' round trips (dht/proximity.py)
         config.services["events"] = self.notifier.endpoint
         self.rounds = 0
+        self.successor_changes = 0  # rounds that ended with a different successor (metrics)
+        self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
         self._threads: list[threading.Thread] = []
@@ -203,6 +205,7 @@ class ChordNode:
                 "record_fields": sum(len(f) for f in self.records.fields.values())}
 
     def _on_next_hop(self, req: dict) -> dict:
+        self.next_hops_served += 1
         hop = self.routing.next_hop(req["key_id"], req.get("avoid", ()))
         if hop is None:
             raise Refused("no route: every known node is avoided")

@@ -73,7 +73,9 @@ class Client:
     numbers and retained messages of what it publishes (written before they are sent), its durable
     subscriptions' positions, and its dead-letter queue. A data directory belongs to one client: a
     different `name` is refused. `connect_timeout` (default: `timeout`) bounds the constructor's
-    first contact with `via`: a DhtError saying so when it does not answer.
+    first contact with `via`: a DhtError saying so when it does not answer. `metrics_port` serves
+    Prometheus metrics (pubsub/metrics.py) on http://host:port/metrics (0: a free port; the endpoint
+    is then `metrics_endpoint`).
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
@@ -82,7 +84,7 @@ class Client:
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  callback_thread: bool = False, context: zmq.Context | None = None,
                  name: str | None = None, data_dir: str | Path | None = None,
-                 connect_timeout: float | None = None) -> None:
+                 connect_timeout: float | None = None, metrics_port: int | None = None) -> None:
         wire.parse_endpoint(via)
         if not 0.01 <= heartbeat <= 3600:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
@@ -100,6 +102,8 @@ class Client:
         self._dispatcher: Dispatcher | None = None
         self._callback_thread = callback_thread
         self._trace = None
+        self._metrics = None
+        self.metrics_endpoint: str | None = None
         try:
             setup = self._curve_setup(curve, role)
             service = RpcServer(host, 0, lambda _r: {}, setup=setup, context=self.context, schemas=SERVICE_SCHEMAS)
@@ -117,6 +121,12 @@ class Client:
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
             contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
+            if metrics_port is not None:
+                from dht.metrics import serve
+                from pubsub.metrics import ClientCollector
+
+                self._metrics = serve(ClientCollector(self), metrics_port, host)[0]
+                self.metrics_endpoint = f"{host}:{self._metrics.server_port}"
         except BaseException:
             self._teardown()
             raise
@@ -342,6 +352,9 @@ class Client:
         self._teardown()
 
     def _teardown(self) -> None:
+        if self._metrics is not None:
+            self._metrics.shutdown()
+            self._metrics.server_close()
         publishing = getattr(self, "publishing", None)
         if publishing is not None:
             publishing.close()

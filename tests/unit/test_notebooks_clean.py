@@ -21,3 +21,26 @@ def test_outputs_are_stripped_and_parameters_are_tagged(path):
     assert all(not c.outputs and c.execution_count is None for c in code), f"{path.name} has outputs"
     tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and "figures_dir" in tagged[0].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_plots_are_left_to_the_kernel_backend(path):
+    """Inline in Jupyter (ipykernel's backend), still saved to files: nothing forces Agg."""
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert "matplotlib.use(" not in source and ("savefig" in source or "draw(" in source)
+
+
+def test_jupyter_and_its_python_kernel_are_installed_beside_us():
+    """`make notebooks` / `pip install -e .[notebooks]`: JupyterLab, and the kernel the suite executes
+    the notebooks with (nbmake runs them through it), in this environment."""
+    import json
+    import subprocess
+    import sys
+
+    jupyter = Path(sys.executable).parent / "jupyter"
+    assert jupyter.exists(), "install the notebooks extra: pip install -e '.[notebooks]'"
+    lab = subprocess.run([str(jupyter), "lab", "--version"], capture_output=True, text=True, timeout=60)
+    assert lab.returncode == 0 and lab.stdout.strip()[0].isdigit(), lab.stderr
+    specs = json.loads(subprocess.run([str(jupyter), "kernelspec", "list", "--json"], capture_output=True,
+                                      text=True, timeout=60).stdout)["kernelspecs"]
+    assert "python3" in specs

@@ -1,0 +1,90 @@
+"""Prometheus metrics of a discovery node (`node start --metrics-port`), read at scrape time.
+
+Nothing is counted twice: the collector reads the node's own counters (rounds, successor changes,
+next-hop steps served, bytes sent, the fix_fingers lookups it made) when Prometheus asks, so the
+request path pays one integer increment at most.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+HOP_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+
+
+class LookupHops:
+    """The hop counts of the node's own lookups, in fixed buckets (fix_fingers runs forever)."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(HOP_BUCKETS) + 1)
+        self.total = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+
+    def add(self, found: Any) -> None:  # a dht.client.LookupResult
+        with self._lock:
+            if not found.ok:
+                self.failed += 1
+                return
+            i = next((k for k, b in enumerate(HOP_BUCKETS) if found.hops <= b), len(HOP_BUCKETS))
+            self.counts[i] += 1
+            self.total += found.hops
+
+    def family(self, labels: list[str]) -> HistogramMetricFamily:
+        with self._lock:
+            counts, total = list(self.counts), self.total
+        h = HistogramMetricFamily("chordpub_node_lookup_hops", "Hops of the lookups this node made (fix_fingers).",
+                                  labels=["node"])
+        cumulative, buckets = 0, []
+        for bound, c in zip([*map(str, HOP_BUCKETS), "+Inf"], counts, strict=True):
+            cumulative += c
+            buckets.append((bound, cumulative))
+        h.add_metric(labels, buckets, total)
+        return h
+
+
+class NodeCollector:
+    def __init__(self, node: Any, hops: LookupHops) -> None:  # a dht.node.ChordNode
+        self.node, self.hops = node, hops
+
+    def collect(self) -> Iterator[Any]:
+        node = self.node
+        label = [node.endpoint]
+        with node.lock:
+            keys, stored = node.store.count(node.routing.owns), node.store.count()
+            successors = len(node.routing.successors)
+        traffic = node.traffic()
+        for name, doc, value in (
+                ("chordpub_node_stabilize_rounds", "Maintenance rounds (stabilize, fix_fingers, ...) run.",
+                 node.rounds),
+                ("chordpub_node_successor_changes", "Rounds that ended with a different successor.",
+                 node.successor_changes),
+                ("chordpub_node_lookups_served", "next_hop requests answered (lookup steps served).",
+                 node.next_hops_served),
+                ("chordpub_node_lookups_failed", "Lookups of this node's own that failed.", self.hops.failed),
+                ("chordpub_node_sent_bytes", "Bytes sent: replies, own requests and record events.",
+                 traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"])):
+            c = CounterMetricFamily(name, doc, labels=["node"])
+            c.add_metric(label, value)
+            yield c
+        for name, doc, value in (("chordpub_node_keys", "Keys this node owns.", keys),
+                                 ("chordpub_node_stored", "Entries stored, replicas included.", stored),
+                                 ("chordpub_node_successors", "Entries in the successor list.", successors),
+                                 ("chordpub_node_joined", "1 once the node has joined the ring.",
+                                  int(node.joined.is_set()))):
+            g = GaugeMetricFamily(name, doc, labels=["node"])
+            g.add_metric(label, value)
+            yield g
+        yield self.hops.family(label)
+
+
+def serve(collector: Any, port: int, host: str) -> tuple[Any, threading.Thread]:
+    """An HTTP /metrics endpoint for `collector` alone on host:port (port 0: a free one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return start_http_server(port, addr=host, registry=registry)

@@ -1,0 +1,72 @@
+"""Prometheus metrics of a `chordpub.Client` (`Client(metrics_port=)`, `pub`/`sub --metrics-port`).
+
+Read at scrape time from what the client keeps anyway (publication sequence numbers, each
+subscription's fixed-memory statistics), so publishing and delivery pay nothing for them. Labels
+are per topic: a process follows and publishes a bounded set of topics it chose.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000)
+
+
+class ClientCollector:
+    def __init__(self, client: Any) -> None:  # a chordpub.Client
+        self.client = client
+
+    def collect(self) -> Iterator[Any]:
+        client = self.client
+        label = client.id
+        sent = CounterMetricFamily("chordpub_messages_sent", "Messages published, per topic.",
+                                   labels=["client", "topic"])
+        for topic, pub in list(client.publishing.publications.items()):
+            sent.add_metric([label, topic], pub.seq)
+        yield sent
+        families = {name: CounterMetricFamily(f"chordpub_messages_{name}", doc, labels=["client", "topic"])
+                    for name, doc in (
+                        ("delivered", "Messages delivered to the application (recovered included)."),
+                        ("recovered", "Delivered messages that came from a publisher's history."),
+                        ("lost", "Messages owed and never delivered (docs/contracts.md, Accounting)."),
+                        ("duplicates", "Messages that arrived again and were not delivered twice."),
+                        ("dropped", "Messages not taken by the application in time (the subscription's queue "
+                                    "was full)."))}
+        publishers = GaugeMetricFamily("chordpub_topic_publishers", "Publishers a subscription has met.",
+                                       labels=["client", "topic"])
+        latency = HistogramMetricFamily("chordpub_delivery_latency_ms", "Publisher send to subscriber receive, "
+                                        "milliseconds.", labels=["client", "topic"])
+        for topic, sub in list(client._subscriptions.items()):
+            s = sub.summary()
+            for name in ("recovered", "lost", "duplicates", "dropped"):
+                families[name].add_metric([label, topic], s[name])
+            families["delivered"].add_metric([label, topic], s["received"])
+            publishers.add_metric([label, topic], s["publishers"])
+            buckets, total = _buckets(sub.stats.latency)
+            latency.add_metric([label, topic], buckets, total)
+        yield from families.values()
+        yield publishers
+        yield latency
+
+
+def _buckets(histogram: Any) -> tuple[list[tuple[str, int]], float]:
+    """A pubsub.stats.LatencyHistogram folded into Prometheus's cumulative buckets (each of its 2%-wide
+    buckets goes to the first bound at or above its upper edge) and an estimated sum."""
+    from pubsub.stats import _BASE, _MIN_MS
+
+    counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    total = 0.0
+    for i, c in enumerate(list(histogram.counts)):
+        if c:
+            upper = _MIN_MS * _BASE ** i
+            counts[bisect.bisect_left(LATENCY_BUCKETS_MS, upper)] += c
+            total += c * _MIN_MS * _BASE ** max(i - 0.5, 0)
+    out, cumulative = [], 0
+    for bound, c in zip([*map(str, LATENCY_BUCKETS_MS), "+Inf"], counts, strict=True):
+        cumulative += c
+        out.append((bound, cumulative))
+    return out, total

@@ -1,0 +1,60 @@
+"""Prometheus scrapes of a live node and of a live subscriber show their counters moving."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+
+
+def scrape(endpoint: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of http://endpoint/metrics, keyed by (name, sorted labels)."""
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    hits = [v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())]
+    assert len(hits) == 1, (name, labels, [k for k in samples if k[0] == name])
+    return hits[0]
+
+
+def test_a_node_and_a_subscriber_export_moving_counters(ring_factory, tmp_path):
+    ring = ring_factory(metrics_port=0)
+    ring.start(3)
+    ring.wait_consistent(60)
+    node = ring.nodes[0]
+    metrics = json.loads((ring.workdir / "node0.ready").read_text()).get("metrics")
+    assert metrics, "the ready file names the metrics endpoint"
+    first = scrape(metrics)
+    assert value(first, "chordpub_node_joined", node=node.endpoint) == 1
+    assert value(first, "chordpub_node_successors", node=node.endpoint) >= 2
+    topic = "metered"
+    with Client(node.endpoint) as publisher, Client(ring.nodes[1].endpoint, metrics_port=0) as subscriber:
+        got: list = []
+        subscriber.subscribe(topic, callback=got.append)
+        for i in range(50):
+            publisher.publish(topic, str(i))
+        wait_for(lambda: len(got) == 50, 20, what="50 deliveries")
+        sub = scrape(subscriber.metrics_endpoint)
+        assert value(sub, "chordpub_messages_delivered_total", topic=topic) == 50
+        assert value(sub, "chordpub_messages_lost_total", topic=topic) == 0
+        assert value(sub, "chordpub_delivery_latency_ms_count", topic=topic) == 50
+        assert value(sub, "chordpub_delivery_latency_ms_bucket", topic=topic, le="+Inf") == 50
+        for i in range(30):
+            publisher.publish(topic, str(i))
+        wait_for(lambda: len(got) == 80, 20, what="30 more")
+        assert value(scrape(subscriber.metrics_endpoint), "chordpub_messages_delivered_total", topic=topic) == 80
+    wait_for(lambda: value(scrape(metrics), "chordpub_node_stabilize_rounds_total", node=node.endpoint)
+             > value(first, "chordpub_node_stabilize_rounds_total", node=node.endpoint) + 2, 20,
+             what="rounds counted")
+    later = scrape(metrics)
+    assert value(later, "chordpub_node_lookups_served_total", node=node.endpoint) > value(
+        first, "chordpub_node_lookups_served_total", node=node.endpoint)
+    assert value(later, "chordpub_node_lookup_hops_count", node=node.endpoint) > 0
