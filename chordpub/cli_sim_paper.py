@@ -81,8 +81,11 @@ def paper_cmd(scale: str = typer.Option("small", help="small: minutes on a lapto
         typer.echo(f"{'fig':>4} {'x':>10}  {'metric':<24}{'ours':>9}{'paper':>9}  within")
         for r in rows:
             paper_value = "" if r["paper"] is None else f"{r['paper']:g}"
-            mark = {True: "yes", False: "NO", None: ""}[r["within"]]
+            mark = {True: "yes", False: "NO", None: "-"}[r["within"]]
             typer.echo(f"{r['figure']:>4} {r['x']:>10g}  {r['metric']:<24}{r['ours']:>9.4g}{paper_value:>9}  {mark}")
+        typer.echo("x: the figure's axis (8: keys, 9: virtual nodes, 10: N, 11: failed fraction p, 12: churn rate R "
+                   "per s). within: ours inside our tolerance of the paper's value; -: the paper gives no value "
+                   "there, ours is shown for the curve.")
         typer.echo(f"{len(results)} points in {report['seconds']} s ({engine})"
                    + (f"; traces in {report['run']}" if out else ""))
     if check and not report["within"]:

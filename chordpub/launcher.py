@@ -173,9 +173,12 @@ class LocalRing:
         node.proc.send_signal(signal.SIGKILL)
         node.proc.wait(timeout=5)
 
-    def check(self, via: str | None = None, expected: int | None = None, timeout: float = 0.3) -> dict:
+    def check(self, via: str | None = None, expected: int | None = None, timeout: float = 0.3,
+              step_over: bool = False) -> dict:
+        """`ring check` from `via`; a poll by default: a dead successor ends the walk (not consistent)."""
         with DhtClient(via or self.live[0].endpoint, timeout=timeout, retries=0, setup=self.setup) as client:
-            return check_ring(client, expected=expected if expected is not None else len(self.live))
+            return check_ring(client, expected=expected if expected is not None else len(self.live),
+                              step_over=step_over)
 
     def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:
         """Poll `ring check` until consistent (and, with fingers=True, every finger and successor

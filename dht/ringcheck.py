@@ -15,12 +15,15 @@ from dht.client import DhtClient, DhtError
 from dht.ids import distance, finger_start, owner_of
 
 
-def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict], list[str]]:
+def walk(client: DhtClient, start: str, limit: int = 100_000,
+         step_over: bool = True) -> tuple[list[dict], list[str]]:
     """Infos of the nodes met following successor pointers from `start`, and the problems met.
 
     A successor that does not answer (a node that died and is not yet healed around) is stepped over
     through the next entries of the successor list, as the nodes themselves will; it is named in the
-    problems, so that a ring that is healing reports the nodes it could walk, not a short count."""
+    problems, so that a ring that is healing reports the nodes it could walk, not a short count.
+    With step_over=False (a poll that only asks "consistent yet?") the walk stops at the dead node.
+    """
     infos: list[dict] = []
     problems: list[str] = []
     seen: set[str] = set()
@@ -31,6 +34,9 @@ def walk(client: DhtClient, start: str, limit: int = 100_000) -> tuple[list[dict
         except DhtError as exc:
             if not infos:
                 raise
+            if not step_over:
+                problems.append(f"{infos[-1]['endpoint']} points to {current}, which does not answer ({exc})")
+                return infos, problems
             alive = _next_answering(client, infos[-1], seen, problems, exc)
             if alive is None:
                 problems.append(f"the walk stopped at {infos[-1]['endpoint']}: none of its successors answers")
@@ -144,7 +150,8 @@ def allowed_fingers(sorted_ids: list[int], me: int, i: int, bits: int, pns: int)
     return out
 
 
-def check_ring(client: DhtClient, start: str | None = None, expected: int | None = None) -> dict:
+def check_ring(client: DhtClient, start: str | None = None, expected: int | None = None,
+               step_over: bool = True) -> dict:
     start = start or client.via
-    infos, problems = walk(client, start)
+    infos, problems = walk(client, start, step_over=step_over)
     return evaluate(infos, problems, int(infos[0].get("bits") or 64), expected)

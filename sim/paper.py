@@ -14,7 +14,8 @@ Spark's (`chordpub sim paper --engine spark`). The paper's values come from its 
   of the lookups fail (their keys were on the failed nodes);
 - Fig. 12 (§6.5): 500 nodes, joins and failures at rate R each, stabilization every 30 s on
   average, lookups not retried: about 3% fail at R = 0.1/s (3 failures per stabilization round).
-`within` states the tolerance we hold ourselves to (the acceptance of issue 4).
+`within` states whether ours are inside the tolerance we hold ourselves to (None: the paper gives no
+value at that point).
 """
 
 from __future__ import annotations
