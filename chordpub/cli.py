@@ -19,6 +19,7 @@ from chordpub import (
     cli_mininet,
     cli_node,
     cli_pubsub,
+    cli_ring,
     cli_sim,
     cli_sim_paper,
     cli_study,
@@ -30,7 +31,7 @@ from dht.ids import key_id
 app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 app.add_typer(cli_node.node_app, name="node")
-app.add_typer(cli_node.ring_app, name="ring")
+app.add_typer(cli_ring.ring_app, name="ring")
 app.command("pub")(cli_pubsub.pub)
 app.command("sub")(cli_pubsub.sub)
 app.add_typer(cli_pubsub.topic_app, name="topic")

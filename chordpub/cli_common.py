@@ -70,10 +70,12 @@ def connect_timeout_option() -> Any:
                         help="Seconds to wait for the first node to answer before giving up with an error.")
 
 
-def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNECT_TIMEOUT) -> DhtClient:
+def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNECT_TIMEOUT,
+               **client_options: Any) -> DhtClient:
     """A client for the one-shot commands, once `endpoint` has answered within `connect_timeout`
-    seconds; a ring that runs --curve answers only with the keys."""
-    client = DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"))
+    seconds; a ring that runs --curve answers only with the keys. `client_options` go to DhtClient
+    (timeout, retries)."""
+    client = DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"), **client_options)
     try:
         contact(client.rpc, endpoint, connect_timeout)
     except DhtError:
@@ -85,6 +87,12 @@ def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNE
 def endpoint_arg(text: str) -> str:
     wire.parse_endpoint(text)
     return text
+
+
+def output_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, a file to write whose directory does not exist."""
+    if path is not None and not path.parent.is_dir():
+        fail(f"{option} {path}: the directory {path.parent} does not exist")
 
 
 def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
@@ -121,8 +129,7 @@ def setup_logging(level: str, file: Path | None) -> None:
 
     if level.upper() not in LOG_LEVELS:
         fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
-    if file is not None and not file.parent.is_dir():
-        fail(f"--log-file {file}: the directory {file.parent} does not exist")
+    output_file(file, "--log-file")
     handler = logging.FileHandler(file) if file is not None else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import clean_errors, fail
+from chordpub.cli_common import clean_errors, fail, log_file_option, log_level_option, setup_logging
 
 mininet_app = typer.Typer(help="Run ring, publishers and subscribers on Mininet hosts (needs root).",
                           no_args_is_help=True)
@@ -45,14 +45,17 @@ def run(
     curve: Path = typer.Option(None, help="CURVE keys directory (`chordpub keys generate`): every process "
                                "runs --curve."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    log_level: str = log_level_option("INFO"),
+    log_file: Path = log_file_option(),
 ) -> None:
     """Place DHT nodes, publishers and subscribers on the hosts of TOPO, start them with this CLI inside
     the hosts, wait for a consistent ring, publish for SECONDS, stop everything and gather one run
-    directory (manifest.json, lookups/ and deliveries/ JSON Lines, logs/). Analyse it with
-    `chordpub analyze RUN`."""
+    directory (manifest.json, lookups/ and deliveries/ JSON Lines, logs/ with every process's log at
+    --log-level). Analyse it with `chordpub analyze RUN`."""
     from topologies.experiment import Experiment, ExperimentConfig
     from topologies.graphs import parse_delay
 
+    setup_logging(log_level, log_file)
     if dht is not None and dht_json is not None:
         fail("give --dht or --dht-json, not both (the file says how many nodes)")
     config = ExperimentConfig(
@@ -60,7 +63,7 @@ def run(
         seconds=seconds, mode=mode, placement=placement, seed=seed, out=out, run=run_name, dht_json=dht_json,
         bits=bits, rate=rate, size=size, topics=topics, topics_per_pub=topics_per_pub,
         topics_per_sub=topics_per_sub, stabilize=stabilize, emulation=emulation,
-        curve=curve)
+        curve=curve, log_level=log_level.upper())
 
     def progress(message: str) -> None:  # for people; scripts get one line on error, as everywhere
         if sys.stderr.isatty():

@@ -1,4 +1,4 @@
-"""`chordpub node ...` and `chordpub ring ...`: run discovery nodes, query them, start and check rings."""
+"""`chordpub node ...`: run one discovery node, or query a running one."""
 
 from __future__ import annotations
 
@@ -33,8 +33,6 @@ from chordpub.cli_common import (
 from dht.ids import check_bits
 
 node_app = typer.Typer(help="Run one discovery node, or query a running one.", no_args_is_help=True)
-ring_app = typer.Typer(help="Start a local ring of node processes, or check a running ring.",
-                       no_args_is_help=True)
 
 
 @node_app.command("start")
@@ -152,7 +150,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
     """Show a node's id, predecessor, successor list, fingers and key count."""
     with dht_client(endpoint, curve, connect_timeout) as client:
         info = client.info()
-    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns")}
+    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns", "records",
+                                "lookups_served", "neighbours_left")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -165,7 +164,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
             "successors  " + ", ".join(s["endpoint"] for s in o["successors"]),
             f"fingers     {len(distinct)} distinct: " + ", ".join(
                 f["endpoint"] + ("" if f.get("rtt_ms") is None else f" ({f['rtt_ms']:.1f} ms)") for f in distinct),
-            f"keys        {o['keys']} owned",
+            f"keys        {o['keys']} owned (store entries); topics {o['records']} owned",
+            f"lookups     {o['lookups_served']} steps served",
         ])
 
     emit(out, as_json, human)
@@ -232,75 +232,3 @@ def node_leave(endpoint: str = typer.Argument(..., help="The node that should le
     with dht_client(endpoint, curve, connect_timeout) as client:
         client.leave()
     typer.echo(f"{endpoint} is leaving the ring")
-
-
-# -- ring -------------------------------------------------------------------------------------------
-@ring_app.command("up")
-@clean_errors
-def ring_up(
-    nodes: int = typer.Option(..., "--nodes", min=1, max=1024, help="How many node processes."),
-    host: str = typer.Option("127.0.0.1", help="Address the nodes bind."),
-    base_port: int = typer.Option(5555, help="Ports base-port .. base-port+N-1; 0 picks free ports."),
-    file: Path = typer.Option(Path("ring.json"), help="Where to write the nodes' endpoints and ids."),
-    bits: int = typer.Option(64, help="Identifier bits."),
-    successors: int = typer.Option(8, help="Successor-list length r."),
-    replicas: int = typer.Option(3, help="Copies of each key."),
-    stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
-    log_dir: Path = typer.Option(None, help="The run directory: node logs and ready files go here "
-                                 "(default: runs/ring-DATE-TIME)."),
-    wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
-    curve: Path = typer.Option(None, help=CURVE_HELP),
-    log_level: str = log_level_option(),
-    log_file: Path = log_file_option(),
-) -> None:
-    """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM. Their logs
-    go to the run directory it prints."""
-    from chordpub.launcher import LocalRing
-
-    setup_logging(log_level, log_file)
-
-    check_bits(bits)
-    workdir = log_dir or Path("runs") / time.strftime("ring-%Y%m%d-%H%M%S")
-    options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
-               "curve": curve}
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with LocalRing(workdir, host, base_port, options, setup=curve_setup(curve, "client")) as ring:
-        ring.start(nodes)
-        ring.write_file(file)
-        for n in ring.nodes:
-            typer.echo(f"{n.endpoint}  id {n.id}")
-        if wait > 0:
-            report, took = ring.wait_consistent(wait)
-            typer.echo(f"ring of {report['nodes']} nodes consistent after {took:.1f}s; "
-                       f"endpoints in {file}, logs in {workdir}; Ctrl-C stops it")
-        while not stop.is_set():
-            if not ring.live:
-                fail("every node has exited; see the logs in " + str(workdir))
-            stop.wait(0.5)
-        typer.echo("stopping the ring", err=True)
-
-
-@ring_app.command("check")
-@clean_errors
-def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
-               expect: int = typer.Option(None, help="Also require exactly this many nodes."),
-               curve: Path = typer.Option(None, help=CURVE_HELP),
-               connect_timeout: float = connect_timeout_option(),
-               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Walk the ring by successor pointers and compare it with the ideal ring (exit 0 iff consistent)."""
-    from dht.ringcheck import check_ring
-
-    with dht_client(endpoint, curve, connect_timeout) as client:
-        report = check_ring(client, expected=expect)
-
-    def human(o: dict) -> str:
-        lines = [f"nodes {o['nodes']}  consistent {o['consistent']}  fingers correct "
-                 f"{o['fingers_correct']:.1%}  successor lists correct {o['successors_correct']:.1%}"]
-        lines += [f"  problem: {p}" for p in o["problems"]]
-        return "\n".join(lines)
-
-    emit(report, as_json, human)
-    if not report["consistent"]:
-        raise typer.Exit(1)

@@ -26,6 +26,7 @@ from chordpub.cli_common import (
     log_file_option,
     log_level_option,
     metrics_port_option,
+    output_file,
     setup_logging,
 )
 
@@ -45,11 +46,6 @@ def _stop_on_signals() -> threading.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     return stop
-
-
-def _writable(path: Path | None, what: str) -> None:
-    if path is not None and not path.parent.is_dir():
-        fail(f"{what} {path}: the directory {path.parent} does not exist")
 
 
 def _stdin_lines(stop: threading.Event) -> Iterator[bytes]:
@@ -125,7 +121,7 @@ def pub(
 
     endpoint_arg(via)
     _check_mode(mode)
-    _writable(trace, "--trace")
+    output_file(trace, "--trace")
     setup_logging(log_level, log_file)
     synthetic = count is not None or size is not None
     if sum((bool(message), stdin, synthetic)) > 1:
@@ -237,8 +233,8 @@ def sub(
         fail("--json needs --count or --seconds (or the summary would never be printed)")
     if len(set(topic)) != len(topic):
         fail("a --topic is given twice")
-    _writable(trace, "--trace")
-    _writable(dead_letter, "--dead-letter")
+    output_file(trace, "--trace")
+    output_file(dead_letter, "--dead-letter")
     stop = _stop_on_signals()
     dead = open(dead_letter, "a", buffering=1) if dead_letter else None  # noqa: SIM115
     received = [0]

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import clean_errors, fail
+from chordpub.cli_common import (
+    clean_errors,
+    fail,
+    log_file_option,
+    log_level_option,
+    output_file,
+    setup_logging,
+)
 
 study_app = typer.Typer(help="Studies: sweeps over publishers, subscribers, modes, topologies... run in one "
                         "command (resumable), aggregated by Spark, drawn.", no_args_is_help=True)
@@ -54,11 +61,14 @@ def run(
                              "setting or a digest of the grid: the same command resumes the same study)."),
     as_json: bool = typer.Option(False, "--json", help='Print one JSON object: {"study", "points", "ran", '
                                  '"skipped", "wall_s"}.'),
+    log_level: str = log_level_option("INFO"),
+    log_file: Path = log_file_option(),
 ) -> None:
     """Run every point of the grid (the product of every axis's values, times --repeats), each a run
     directory under OUT/runs/ in the trace schema, with OUT/study.json naming them. Points already
-    done are skipped: after an interruption, the same command finishes the study. Report it with
-    `chordpub study report OUT`."""
+    done are skipped: after an interruption, the same command finishes the study. Every process's log
+    (at --log-level) is kept in its run directory's logs/. Report it with `chordpub study report OUT`."""
+    setup_logging(log_level, log_file)
     from topologies.study import AXES, StudySpec, run_study
 
     given = {"pubs": _values(pubs), "subs": _values(subs), "mode": _values(mode), "topo": topo or None,
@@ -78,8 +88,7 @@ def run(
         out.parent.mkdir(exist_ok=True)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file")
-    if not out.parent.is_dir():
-        fail(f"--out {out}: the directory {out.parent} does not exist")
+    output_file(out, "--out")
     points = spec.points()
 
     from rich.console import Console
@@ -102,7 +111,7 @@ def run(
 
     try:
         with bar:
-            summary = run_study(spec, out, on_point=on_point, progress=progress)
+            summary = run_study(spec, out, on_point=on_point, progress=progress, log_level=log_level.upper())
     except KeyboardInterrupt:
         typer.echo(f"chordpub: interrupted after {done['n']} of {len(points)} points; everything started was "
                    f"stopped. Run the same command again to finish {out}.", err=True)
@@ -134,8 +143,7 @@ def report(
     from traces.study_report import study_report
 
     doc = load_study(study)
-    if png is not None and not png.parent.is_dir():
-        fail(f"--png {png}: the directory {png.parent} does not exist")
+    output_file(png, "--png")
     spark = session(master, app_name="chordpub-study-report")
     try:
         result = study_report(spark, study, doc)

@@ -183,9 +183,10 @@ class DhtClient:
                 last = exc
         raise last
 
-    def info(self, endpoint: str | None = None) -> dict:
-        """A node's state in the CLI contract's shape: id, endpoint, predecessor, successors, ..."""
-        body = self.call(endpoint or self.via, "info")
+    def info(self, endpoint: str | None = None, topics: int = 0) -> dict:
+        """A node's state in the CLI contract's shape: id, endpoint, predecessor, successors, ...;
+        with topics=N also "topics", the names of up to N record keys (topics) the node owns."""
+        body = self.call(endpoint or self.via, "info", **({"topics": topics} if topics else {}))
         try:
             out = {"id": wire.decode_id(body.get("node_id"), "node_id"), "endpoint": body["endpoint"],
                    "bits": body.get("bits", 64)}
@@ -196,8 +197,12 @@ class DhtClient:
                               for f in body.get("fingers", [])]
         except (KeyError, TypeError, wire.WireError) as exc:
             raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
-        for k in ("keys", "stored", "replicas", "r", "rounds", "joined"):
+        for k in ("keys", "stored", "replicas", "r", "rounds", "joined", "records", "lookups_served"):
             out[k] = body.get(k)
+        names = body.get("topics")
+        out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
+        left = body.get("neighbours_left")
+        out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []
         out["pns"] = body.get("pns", 0)
         rtts = body.get("finger_rtt_ms")
         if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):

@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,12 +95,13 @@ class ChordNode:
         self.rounds = 0
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
+        self.neighbours_left: deque[str] = deque(maxlen=16)  # told by `leaving`: `ring watch` says "left"
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
         self._threads: list[threading.Thread] = []
         self._handlers: dict[str, Callable[[dict], dict]] = {
             "ping": lambda r: {"node_id": wire.encode_id(self.me.id)},
-            "info": lambda r: self.info(),
+            "info": lambda r: self.info(r.get("topics", 0)),
             "next_hop": self._on_next_hop,
             "get_links": self._on_get_links,
             "notify": self._on_notify,
@@ -168,9 +170,12 @@ class ChordNode:
         if any(p is not None and p.id >= size for p in peers):
             raise Refused(f"peer id outside this {self.config.bits}-bit ring")
 
-    def info(self) -> dict:
+    def info(self, topics: int = 0) -> dict:
+        """The node's state for `node info`, `ring check` and `ring watch`; with topics=N also the names
+        of up to N record keys (topics) it owns."""
         with self.lock:
             rt = self.routing
+            owned = [k for k in self.records.fields if rt.owns(key_id(k, self.config.bits))]
             return {
                 "node_id": wire.encode_id(self.me.id),
                 "endpoint": self.me.endpoint,
@@ -188,6 +193,10 @@ class ChordNode:
                 "joined": self.joined.is_set(),
                 "services": dict(self.config.services),
                 "traffic": self.traffic(),
+                "records": len(owned),
+                "lookups_served": self.next_hops_served,
+                "neighbours_left": list(self.neighbours_left),
+                **({"topics": sorted(owned)[:topics]} if topics else {}),
             }
 
     def _rtt(self, peer: Peer | None) -> float | None:
@@ -295,6 +304,7 @@ class ChordNode:
         """A neighbour leaves gracefully: splice it out (ToN'03 §V-D, voluntary departures)."""
         gone: Peer = req["peer"]
         rt = self.routing
+        self.neighbours_left.append(gone.endpoint)
         if rt.predecessor == gone:
             pred = req.get("predecessor")
             rt.predecessor = pred if pred is not None and pred != self.me else None

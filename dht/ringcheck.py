@@ -15,29 +15,33 @@ from dht.client import DhtClient, DhtError
 from dht.ids import distance, finger_start, owner_of
 
 
-def walk(client: DhtClient, start: str, limit: int = 100_000,
-         step_over: bool = True) -> tuple[list[dict], list[str]]:
+def walk(client: DhtClient, start: str, limit: int = 100_000, step_over: bool = True,
+         silent: set[str] | None = None, topics: int = 0) -> tuple[list[dict], list[str]]:
     """Infos of the nodes met following successor pointers from `start`, and the problems met.
 
     A successor that does not answer (a node that died and is not yet healed around) is stepped over
     through the next entries of the successor list, as the nodes themselves will; it is named in the
     problems, so that a ring that is healing reports the nodes it could walk, not a short count.
     With step_over=False (a poll that only asks "consistent yet?") the walk stops at the dead node.
+    The endpoints that did not answer are added to `silent`; topics=N asks each node for up to N of
+    the topics it owns.
     """
+    silent = set() if silent is None else silent
     infos: list[dict] = []
     problems: list[str] = []
     seen: set[str] = set()
     current = start
     while len(infos) < limit:
         try:
-            info = client.info(current)
+            info = client.info(current, topics)
         except DhtError as exc:
+            silent.add(current)
             if not infos:
                 raise
             if not step_over:
                 problems.append(f"{infos[-1]['endpoint']} points to {current}, which does not answer ({exc})")
                 return infos, problems
-            alive = _next_answering(client, infos[-1], seen, problems, exc)
+            alive = _next_answering(client, infos[-1], seen, problems, exc, silent, topics)
             if alive is None:
                 problems.append(f"the walk stopped at {infos[-1]['endpoint']}: none of its successors answers")
                 return infos, problems
@@ -61,7 +65,7 @@ def walk(client: DhtClient, start: str, limit: int = 100_000,
 
 
 def _next_answering(client: DhtClient, last: dict, seen: set[str], problems: list[str],
-                    first_error: DhtError) -> tuple[str, dict | None] | None:
+                    first_error: DhtError, silent: set[str], topics: int) -> tuple[str, dict | None] | None:
     """The first of `last`'s successors after the dead one that answers, and its info (None when it is
     a node the walk has already met)."""
     successors = [s["endpoint"] for s in last["successors"]]
@@ -70,16 +74,17 @@ def _next_answering(client: DhtClient, last: dict, seen: set[str], problems: lis
         if endpoint in seen:
             return endpoint, None
         try:
-            info = client.info(endpoint)
+            info = client.info(endpoint, topics)
         except DhtError:
+            silent.add(endpoint)
             problems.append(f"{endpoint} (a later successor of {last['endpoint']}) does not answer either")
             continue
-        return _back_to_nearest(client, last, endpoint, info, seen)
+        return _back_to_nearest(client, last, endpoint, info, seen, topics)
     return None
 
 
 def _back_to_nearest(client: DhtClient, last: dict, endpoint: str, info: dict,
-                     seen: set[str]) -> tuple[str, dict]:
+                     seen: set[str], topics: int) -> tuple[str, dict]:
     """A stale successor list may skip live nodes: follow predecessor pointers back while they stay
     between `last` and the node reached, so that the walk misses none of them."""
     bits = int(last.get("bits") or 64)
@@ -89,7 +94,7 @@ def _back_to_nearest(client: DhtClient, last: dict, endpoint: str, info: dict,
                 last["id"], info["id"], bits):
             break
         try:
-            endpoint, info = pred["endpoint"], client.info(pred["endpoint"])
+            endpoint, info = pred["endpoint"], client.info(pred["endpoint"], topics)
         except DhtError:
             break
     return endpoint, info

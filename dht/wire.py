@@ -191,6 +191,15 @@ def _entries(value: Any, what: str) -> list[tuple[str, bytes | None, int, bool]]
     return out
 
 
+MAX_NAMES_LISTED = 1000
+
+
+def _names_wanted(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_NAMES_LISTED:
+        raise WireError(f"{what} must be an integer in [0, {MAX_NAMES_LISTED}]")
+    return value
+
+
 def _ttl(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86_400:
         raise WireError(f"{what} must be a number of seconds in (0, 86400]")
@@ -218,7 +227,7 @@ def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
 # op -> {field: (checker, required)}
 SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "ping": {},
-    "info": {},
+    "info": {"topics": (_names_wanted, False)},  # topics: how many owned record keys to list
     "next_hop": {"key_id": (_id, True), "avoid": (_endpoints, False)},
     "get_links": {},  # stabilize: predecessor and successor list in one round trip
     "notify": {"peer": (_peer, True)},

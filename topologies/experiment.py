@@ -62,6 +62,7 @@ class ExperimentConfig:
     ring_timeout: float = 60.0
     curve: Path | None = None  # keys directory: every process runs --curve
     backend: str = "mininet"  # or "local": every process on loopback (topologies/hosts.py)
+    log_level: str = "INFO"  # every process's --log-level; their logs go to RUN/logs/
 
     def check(self) -> None:
         if self.backend not in BACKENDS:
@@ -134,7 +135,8 @@ class Experiment:
     # -- processes --------------------------------------------------------------------------------
     def _spawn(self, net: Hosts, slot: Slot, args: list[str], logs: Path, stdout: Path | None = None) -> Started:
         with open(logs / f"{slot.name}.log", "ab") as err, open(stdout or logs / f"{slot.name}.log", "ab") as out:
-            proc = net.popen(slot.host, [sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err)
+            proc = net.popen(slot.host, [sys.executable, "-m", "chordpub", *args, "--log-level", self.config.log_level],
+                             stdout=out, stderr=err)
         started = Started(slot, proc)
         self.started.append(started)
         return started

@@ -277,8 +277,9 @@ def load_study(study: Path) -> dict:
 
 
 def run_study(spec: StudySpec, out: Path, on_point: Callable[[int, Point, str], None] = lambda *_: None,
-              progress: Callable[[str], None] = lambda _m: None) -> dict:
-    """Run every point not done yet; `on_point(i, point, "skipped"|"running"|"done")` follows along."""
+              progress: Callable[[str], None] = lambda _m: None, log_level: str = "INFO") -> dict:
+    """Run every point not done yet; `on_point(i, point, "skipped"|"running"|"done")` follows along.
+    `log_level` is every process's; their logs are kept in each run directory's logs/."""
     spec.check_capacity()
     points = spec.points()
     out = Path(out)
@@ -310,7 +311,7 @@ def run_study(spec: StudySpec, out: Path, on_point: Callable[[int, Point, str], 
             topo=p["topo"], dht=p["dht"], pubs=p["pubs"], subs=p["subs"], delay_ms=p["delay"],
             seconds=s["seconds"], mode=p["mode"], seed=seed, out=runs, run=point.name, rate=p["rate"],
             size=p["size"], topics=p["topics"], topics_per_pub=p["topics_per_pub"],
-            topics_per_sub=p["topics_per_sub"], stabilize=s["stabilize"], backend=s["backend"])
+            topics_per_sub=p["topics_per_sub"], stabilize=s["stabilize"], backend=s["backend"], log_level=log_level)
         try:
             Experiment(config, progress=progress).run()
         except ExperimentError as exc:

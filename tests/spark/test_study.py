@@ -35,7 +35,8 @@ def done_points(study: Path) -> dict[str, float]:
 
 def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spark, tmp_path):
     study = tmp_path / "st"
-    cli = subprocess.Popen([sys.executable, "-m", "chordpub", "study", "run", *GRID, "--out", str(study), "--json"],
+    cli = subprocess.Popen([sys.executable, "-m", "chordpub", "study", "run", *GRID, "--out", str(study), "--json",
+                            "--log-level", "WARNING"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         wait_for(lambda: len(done_points(study)) >= 2, 180, what="two finished points")
@@ -54,6 +55,9 @@ def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spar
     assert summary == {**summary, "study": str(study), "points": 8, "skipped": len(before), "ran": 8 - len(before)}
     after = done_points(study)
     assert len(after) == 8 and all(after[name] == mtime for name, mtime in before.items()), "a done point was redone"
+    for name in after:  # --log-level reaches every process; their logs stay in the run directory
+        node_log = (study / "runs" / name / "logs" / "dht1.log").read_text()
+        assert ("serving" in node_log) == (name not in before), (name, node_log[-500:])
 
     report = run_cli("study", "report", str(study), "--json", "--png", str(tmp_path / "study.png"), timeout=300)
     assert report.returncode == 0, report.stderr

@@ -1,0 +1,148 @@
+"""`chordpub ring ...`: start a local ring, check a running one, watch it live, draw it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+from chordpub.cli_common import (
+    CURVE_HELP,
+    clean_errors,
+    connect_timeout_option,
+    curve_setup,
+    dht_client,
+    emit,
+    fail,
+    log_file_option,
+    log_level_option,
+    output_file,
+    setup_logging,
+)
+from dht.ids import check_bits
+
+ring_app = typer.Typer(help="Start a local ring of node processes, check or watch a running ring, draw it.",
+                       no_args_is_help=True)
+
+
+@ring_app.command("up")
+@clean_errors
+def ring_up(
+    nodes: int = typer.Option(..., "--nodes", min=1, max=1024, help="How many node processes."),
+    host: str = typer.Option("127.0.0.1", help="Address the nodes bind."),
+    base_port: int = typer.Option(5555, help="Ports base-port .. base-port+N-1; 0 picks free ports."),
+    file: Path = typer.Option(Path("ring.json"), help="Where to write the nodes' endpoints and ids."),
+    bits: int = typer.Option(64, help="Identifier bits."),
+    successors: int = typer.Option(8, help="Successor-list length r."),
+    replicas: int = typer.Option(3, help="Copies of each key."),
+    stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
+    log_dir: Path = typer.Option(None, help="The run directory: node logs and ready files go here "
+                                 "(default: runs/ring-DATE-TIME)."),
+    wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
+    log_level: str = log_level_option(),
+    log_file: Path = log_file_option(),
+) -> None:
+    """Start N nodes on this host joined to the first; stop them all on Ctrl-C or SIGTERM. Their logs
+    go to the run directory it prints."""
+    from chordpub.launcher import LocalRing
+
+    setup_logging(log_level, log_file)
+
+    check_bits(bits)
+    workdir = log_dir or Path("runs") / time.strftime("ring-%Y%m%d-%H%M%S")
+    options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
+               "curve": curve}
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with LocalRing(workdir, host, base_port, options, setup=curve_setup(curve, "client")) as ring:
+        ring.start(nodes)
+        ring.write_file(file)
+        for n in ring.nodes:
+            typer.echo(f"{n.endpoint}  id {n.id}")
+        if wait > 0:
+            report, took = ring.wait_consistent(wait)
+            typer.echo(f"ring of {report['nodes']} nodes consistent after {took:.1f}s; "
+                       f"endpoints in {file}, logs in {workdir}; Ctrl-C stops it")
+        while not stop.is_set():
+            if not ring.live:
+                fail("every node has exited; see the logs in " + str(workdir))
+            stop.wait(0.5)
+        typer.echo("stopping the ring", err=True)
+
+
+@ring_app.command("check")
+@clean_errors
+def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+               expect: int = typer.Option(None, help="Also require exactly this many nodes."),
+               curve: Path = typer.Option(None, help=CURVE_HELP),
+               connect_timeout: float = connect_timeout_option(),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Walk the ring by successor pointers and compare it with the ideal ring (exit 0 iff consistent)."""
+    from dht.ringcheck import check_ring
+
+    with dht_client(endpoint, curve, connect_timeout) as client:
+        report = check_ring(client, expected=expect)
+
+    def human(o: dict) -> str:
+        lines = [f"nodes {o['nodes']}  consistent {o['consistent']}  fingers correct "
+                 f"{o['fingers_correct']:.1%}  successor lists correct {o['successors_correct']:.1%}"]
+        lines += [f"  problem: {p}" for p in o["problems"]]
+        return "\n".join(lines)
+
+    emit(report, as_json, human)
+    if not report["consistent"]:
+        raise typer.Exit(1)
+
+
+@ring_app.command("watch")
+@clean_errors
+def ring_watch(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+               interval: float = typer.Option(1.0, min=0.05, help="Seconds between looks at the ring."),
+               seconds: float = typer.Option(None, min=0.0, help="Stop after this many seconds (default: Ctrl-C)."),
+               once: bool = typer.Option(False, "--once", help="Look once, print the table and exit."),
+               curve: Path = typer.Option(None, help=CURVE_HELP),
+               connect_timeout: float = connect_timeout_option(),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON object per look (JSON Lines)."),
+               ) -> None:
+    """A live table of the ring: its nodes in ring order with id, share of the circle, keys and topics
+    owned, successor-list health and lookup steps served per second; joins, leaves and deaths are
+    marked as they happen. A node that went is listed as left when a neighbour was told so (a
+    graceful leave), dead otherwise."""
+    from chordpub.ring_watch import watch
+
+    with dht_client(endpoint, curve, connect_timeout, timeout=min(0.5, interval), retries=0) as client:
+        watch(client, endpoint, interval=interval, seconds=0.0 if once else seconds, as_json=as_json)
+
+
+@ring_app.command("show")
+@clean_errors
+def ring_show(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+              png: Path = typer.Option(..., "--png", help="Write the picture to this PNG file."),
+              fingers: str = typer.Option(None, help="Draw the fingers of this node, H:P (default: ENDPOINT)."),
+              topics: int = typer.Option(20, min=0, max=1000, help="Draw up to this many topics of each node, "
+                                         "at their key ids, joined to their owners."),
+              curve: Path = typer.Option(None, help=CURVE_HELP),
+              connect_timeout: float = connect_timeout_option(),
+              as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Draw the ring: its nodes on a circle at their ids, the fingers of one node, and the topics
+    the nodes own at their key ids, joined to their owners."""
+    from chordpub.ring_picture import draw_ring
+    from dht.ringcheck import walk
+
+    output_file(png, "--png")
+    with dht_client(endpoint, curve, connect_timeout) as client:
+        infos, problems = walk(client, endpoint, topics=topics)
+    of = fingers or endpoint
+    if of not in {i["endpoint"] for i in infos}:
+        fail(f"--fingers: {of} is not on the ring walked from {endpoint}")
+    drawn = draw_ring(infos, of, png)
+    out = {"file": str(png), "nodes": len(infos), "fingers_of": of, "fingers": drawn["fingers"],
+           "topics": drawn["topics"], "problems": problems}
+    emit(out, as_json, lambda o: f"wrote {o['file']}: {o['nodes']} nodes, {o['fingers']} distinct fingers of "
+                                 f"{o['fingers_of']}, {o['topics']} topics" +
+                                 "".join(f"\n  problem: {p}" for p in o["problems"]))

@@ -1,0 +1,116 @@
+"""`chordpub ring watch`: look at the ring again and again and show it as a live table.
+
+Each look walks the ring by successor pointers (stepping over nodes that do not answer, as the nodes
+themselves do), pings the nodes that were on the ring at the last look and are not any more, and
+folds the result into a `dht.ringview.RingView`. On a terminal the table is redrawn in place (rich
+Live); otherwise, and with --json, each look is printed after the last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from dht.client import DhtClient, DhtError
+from dht.ringcheck import evaluate, walk
+from dht.ringview import DEAD, DETACHED, LEFT, NEW, RingView, Row
+
+STYLES = {NEW: "cyan", LEFT: "yellow", DEAD: "bold red", DETACHED: "magenta"}
+
+
+def watch(client: DhtClient, endpoint: str, interval: float, seconds: float | None, as_json: bool) -> None:
+    """Look every `interval` seconds until `seconds` have passed (0: look once) or Ctrl-C."""
+    view = RingView()
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a file or a pipe: no reason to cut the table at 80 columns
+    live_table = console.is_terminal and not as_json and seconds != 0
+    end = None if seconds is None else time.monotonic() + seconds
+    live = Live(console=console, auto_refresh=False, transient=False) if live_table else None
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            started = time.monotonic()
+            snapshot = look(client, endpoint, view, started)
+            if as_json:
+                print(json.dumps(snapshot), flush=True)
+            elif live is not None:
+                live.update(render(snapshot, interval), refresh=True)
+            else:
+                console.print(render(snapshot, interval if seconds != 0 else None))
+            if end is not None and time.monotonic() >= end:
+                return
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return
+    except BrokenPipeError:  # `ring watch --json | head -1`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def look(client: DhtClient, endpoint: str, view: RingView, now: float) -> dict:
+    """One look: walk from `endpoint`, or from the first node of the last look that answers."""
+    silent: set[str] = set()
+    infos: list[dict] = []
+    problems: list[str] = []
+    for start in dict.fromkeys([endpoint, *view.members]):
+        try:
+            infos, problems = walk(client, start, silent=silent)
+            break
+        except DhtError:
+            silent.add(start)
+    walked = {i["endpoint"] for i in infos}
+    missing = [e for e in view.members if e not in walked and e not in silent]
+    answering = {e for e in missing if client.ping(e)}
+    silent.update(e for e in missing if e not in answering)
+    rows = view.look(infos, silent, answering, now)
+    report = evaluate(infos, problems, int(infos[0].get("bits") or 64)) if infos else {
+        "nodes": 0, "consistent": False, "problems": ["no node of the ring answers"]}
+    return {"time": time.time(), "via": endpoint, "nodes": len(infos), "consistent": report["consistent"],
+            "problems": report["problems"], "rows": [r.to_dict() for r in rows],
+            "events": [{"ago_s": round(now - t, 3), "event": e} for t, e in view.recent_events()]}
+
+
+def render(snapshot: dict, interval: float | None) -> Group:
+    """The table of one look; interval None for a single look."""
+    state = Text("consistent", style="green") if snapshot["consistent"] else Text(
+        f"healing ({len(snapshot['problems'])} problems)", style="yellow")
+    head = Text.assemble(f"ring via {snapshot['via']}: {snapshot['nodes']} nodes, ", state,
+                         f"; looked at {time.strftime('%H:%M:%S', time.localtime(snapshot['time']))}" +
+                         ("" if interval is None else f", every {interval:g}s; Ctrl-C stops"))
+    widest = max((len(r["endpoint"]) for r in snapshot["rows"]), default=4)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (("node", "left"), ("id", "right"), ("arc", "right"), ("keys", "right"),
+                          ("topics", "right"), ("successors", "right"), ("lookups/s", "right"),
+                          ("status", "left")):
+        table.add_column(name, justify=justify, no_wrap=True, min_width=widest if name == "node" else None)
+    for row in snapshot["rows"]:
+        table.add_row(*cells(Row(**row)))
+    parts = [head, table]
+    if snapshot["events"]:
+        parts.append(Text("recent: " + "; ".join(f"{e['event']} {e['ago_s']:.0f}s ago"
+                                                  for e in reversed(snapshot["events"][-4:])), style="dim"))
+    return Group(*parts)
+
+
+def cells(row: Row) -> list[str | Text]:
+    status = Text(row.status, style=STYLES.get(row.status, "green"))
+    if row.arc is None:
+        return [row.endpoint, f"{row.id:x}", "", "", "", "", "", status]
+    health = f"{row.successors_ok}/{row.successors_want}"
+    successors = Text(health, style="green" if row.successors_ok == row.successors_want else "yellow")
+    if row.successors_gone:
+        successors.append(f" ({row.successors_gone} gone)", style="red")
+    rate = "" if row.lookups_per_s is None else f"{row.lookups_per_s:.1f}"
+    return [row.endpoint, f"{row.id:x}", f"{row.arc:.1%}", str(row.keys), str(row.records), successors, rate,
+            status]
