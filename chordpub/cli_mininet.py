@@ -76,13 +76,18 @@ def run(
     lat = summary["latency_ms"]
     typer.echo(f"run {summary['dir']} ({summary['emulation']} link emulation, {summary['wall_s']:g} s)\n"
                f"ring: {summary['ring']['nodes']} nodes consistent after {summary['ring']['seconds']:g} s\n"
-               f"deliveries: {summary['deliveries']} (publishers sent {summary['sent']}); latency "
-               f"min {lat['min']} p50 {lat['p50']} p99 {lat['p99']} ms\n"
+               f"deliveries: {summary['deliveries']} (publishers sent {summary['sent']}); "
+               + _latency(lat, "min") + "\n"
                f"lookups: {summary['lookups']}, mean hops {summary['mean_hops']}")
     if len(summary["topics"]) > 1:
         for topic, t in summary["topics"].items():
-            typer.echo(f"  {topic}: sent {t['sent']}, delivered {t['deliveries']}, latency p50 "
-                       f"{t['latency_ms']['p50']} p99 {t['latency_ms']['p99']} ms")
+            typer.echo(f"  {topic}: sent {t['sent']}, delivered {t['deliveries']}, " + _latency(t["latency_ms"]))
+
+
+def _latency(lat: dict, *first: str) -> str:
+    if lat.get("p50") is None:
+        return "no latency (nothing delivered)"
+    return "latency " + " ".join(f"{k} {lat[k]}" for k in (*first, "p50", "p99")) + " ms"
 
 
 @mininet_app.command("pns")

@@ -219,8 +219,8 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
     done.sort()
     out = {"endpoint": endpoint, "lookups": len(results), "failed": len(results) - len(done),
            "p50_ms": done[len(done) // 2] if done else None, "results": results}
-    emit(out, as_json, lambda o: f"{o['lookups']} lookups from {o['endpoint']}: {o['failed']} failed, "
-                                 f"p50 {o['p50_ms']} ms")
+    emit(out, as_json, lambda o: f"{o['lookups']} lookups from {o['endpoint']}: {o['failed']} failed" +
+                                 ("" if o["p50_ms"] is None else f", p50 {o['p50_ms']} ms"))
 
 
 @node_app.command("leave")
