@@ -47,11 +47,21 @@ app.add_typer(cli_study.study_app, name="study")
 app.add_typer(cli_config.config_app, name="config")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from chordpub import __version__
+
+        typer.echo(f"chordpub {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(ctx: typer.Context,
          config: Path = typer.Option(None, "--config", help="A TOML file of settings for any command's options "
                                      "(default: $CHORDPUB_CONFIG, else ./chordpub.toml if present); the command "
-                                     "line wins. `chordpub config show` prints them.")) -> None:
+                                     "line wins. `chordpub config show` prints them."),
+         version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
     """chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ."""
     from chordpub.config import ConfigError, config_path, load
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import clean_errors, fail
+from chordpub.cli_common import clean_errors, fail, output_file
 
 
 @clean_errors
@@ -26,6 +26,7 @@ def analyze(
     from traces.report import render, write_outputs
     from traces.spark import AnalyzeError, analyze, find_traces, session
 
+    output_file(out, "--out")  # the directory itself is made; where it goes must exist
     try:
         find_traces(dirs)  # a bad directory fails before the JVM starts
     except AnalyzeError as exc:

@@ -135,6 +135,31 @@ def setup_logging(level: str, file: Path | None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+HOST_HELP = ("Address to bind and advertise: the one other machines reach this process at (0.0.0.0: bind every "
+             "interface, advertise this machine's outward address).")
+
+
+def bind_option() -> Any:
+    return typer.Option(None, "--bind", metavar="ADDR", help="Bind here instead of --host (e.g. 0.0.0.0 in a "
+                        "container); others are still told --advertise, else ADDR, else this machine's outward "
+                        "address when ADDR is 0.0.0.0.")
+
+
+def advertise_option() -> Any:
+    return typer.Option(None, "--advertise", metavar="HOST[:PORT]", help="Tell others this address (and port, "
+                        "when NAT or a container maps it) whatever is bound; a node's id is the hash of it.")
+
+
+def listen_addresses(host: str, bind: str | None, advertise: str | None):  # -> dht.address.Listen
+    """--host, --bind and --advertise resolved (dht/address.py), or one line and exit 2."""
+    from dht.address import resolve
+
+    try:
+        return resolve(host, bind, advertise)
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def metrics_port_option() -> Any:
     return typer.Option(None, "--metrics-port", min=0, max=65535,
                         help="Serve Prometheus metrics on http://HOST:PORT/metrics (0: a free port, named in the "

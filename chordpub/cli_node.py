@@ -16,6 +16,9 @@ import typer
 
 from chordpub.cli_common import (
     CURVE_HELP,
+    HOST_HELP,
+    advertise_option,
+    bind_option,
     check_source,
     clean_errors,
     connect_timeout_option,
@@ -24,6 +27,7 @@ from chordpub.cli_common import (
     emit,
     endpoint_arg,
     fail,
+    listen_addresses,
     log_file_option,
     log_level_option,
     metrics_port_option,
@@ -38,12 +42,14 @@ node_app = typer.Typer(help="Run one discovery node, or query a running one.", n
 @node_app.command("start")
 @clean_errors
 def node_start(
-    host: str = typer.Option("127.0.0.1", help="Address to bind and advertise."),
+    host: str = typer.Option("127.0.0.1", help=HOST_HELP),
     port: int = typer.Option(5555, help="Port to bind; 0 picks a free one."),
+    bind: str = bind_option(),
+    advertise: str = advertise_option(),
     join: str = typer.Option(None, help="Join the ring through this node (H:P); omit to create a ring."),
     connect_timeout: float = typer.Option(5.0, "--connect-timeout", min=0.01, help="With --join: give up (exit "
                                           "status 2) when the ring cannot be joined within this many seconds."),
-    id: int = typer.Option(None, "--id", help="Node id; default key_id('host:port')."),
+    id: int = typer.Option(None, "--id", help="Node id; default key_id of the advertised 'host:port'."),
     bits: int = typer.Option(64, help="Identifier bits (8..128); every node of a ring must agree."),
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
@@ -69,7 +75,9 @@ def node_start(
     setup_logging(log_level, log_file)
     if join:
         endpoint_arg(join)
-    config = NodeConfig(host=host, port=port, join=join, id=id, bits=check_bits(bits),
+    listen = listen_addresses(host, bind, advertise)
+    config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port, join=join,
+                        id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
                         pns=pns, join_timeout=connect_timeout)
     writer = None
@@ -84,7 +92,7 @@ def node_start(
     if relay:
         from pubsub.relay import Relay
 
-        relay_service = Relay(host, setup=setup).start()
+        relay_service = Relay(listen.bind, setup=setup, advertise=listen.host).start()
         config.services.update(relay_service.services)
     node = ChordNode(config, setup=setup)
     hops = None
@@ -110,7 +118,7 @@ def node_start(
     if hops is not None:
         from dht.metrics import NodeCollector, serve
 
-        metrics = serve(NodeCollector(node, hops), metrics_port, host)[0]
+        metrics = serve(NodeCollector(node, hops), metrics_port, listen.bind)[0]
     stop_requested = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop_requested.set())
@@ -125,10 +133,11 @@ def node_start(
     if ready_file is not None:
         tmp = Path(f"{ready_file}.tmp")
         tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}
-                                  | ({"metrics": f"{host}:{metrics.server_port}"} if metrics else {})))
+                                  | ({"metrics": f"{listen.host}:{metrics.server_port}"} if metrics else {})))
         os.replace(tmp, ready_file)
-    logging.getLogger("chordpub").info("node %s id %d serving" + (
-        f"; metrics on http://{host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint, node.me.id)
+    logging.getLogger("chordpub").info("node %s id %d serving%s" + (
+        f"; metrics on http://{listen.host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint,
+        node.me.id, "" if listen.bind == listen.host else f" (bound on {listen.bind})")
     while not stop_requested.is_set() and not node.stopped.is_set():
         stop_requested.wait(0.2)
     if not node.stopped.is_set():
@@ -150,8 +159,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
     """Show a node's id, predecessor, successor list, fingers and key count."""
     with dht_client(endpoint, curve, connect_timeout) as client:
         info = client.info()
-    out = {k: info[k] for k in ("id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns", "records",
-                                "lookups_served", "neighbours_left")}
+    out = {k: info[k] for k in ("id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns",
+                                "records", "lookups_served", "neighbours_left")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -159,7 +168,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
             if f is not None and f not in distinct:
                 distinct.append(f)
         return "\n".join([
-            f"node        {o['endpoint']}  id {o['id']}" + (f"  (PNS, {o['pns']} samples)" if o["pns"] else ""),
+            f"node        {o['endpoint']}  id {o['id']}" + (f"  (PNS, {o['pns']} samples)" if o["pns"] else "")
+            + ("" if o["bind"] == o["endpoint"] else f"  bound on {o['bind']}"),
             f"predecessor {peer_text(o['predecessor'])}",
             "successors  " + ", ".join(s["endpoint"] for s in o["successors"]),
             f"fingers     {len(distinct)} distinct: " + ", ".join(

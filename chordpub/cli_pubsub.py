@@ -16,6 +16,9 @@ import typer
 
 from chordpub.cli_common import (
     CURVE_HELP,
+    HOST_HELP,
+    advertise_option,
+    bind_option,
     check_source,
     clean_errors,
     connect_timeout_option,
@@ -23,6 +26,7 @@ from chordpub.cli_common import (
     emit,
     endpoint_arg,
     fail,
+    listen_addresses,
     log_file_option,
     log_level_option,
     metrics_port_option,
@@ -96,7 +100,9 @@ def pub(
     linger: float = typer.Option(0.0, min=0.0, help="After the last message, keep serving history and "
                                  "repair this many seconds."),
     heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between registration renewals."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind the PUB and service sockets on."),
+    host: str = typer.Option("127.0.0.1", help=HOST_HELP + " Its PUB and service sockets listen there."),
+    bind: str = bind_option(),
+    advertise: str = advertise_option(),
     trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: topic, publisher, seq, sent_ns)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
     connect_timeout: float = connect_timeout_option(),
@@ -136,7 +142,8 @@ def pub(
     period = 1.0 / rate if rate else (0.1 if rate is None and not (message or stdin) else 0.0)
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
-    with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
+    listen = listen_addresses(host, bind, advertise)
+    with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
                 data_dir=data_dir, connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
         _say_metrics(client)
         try:
@@ -197,7 +204,9 @@ def sub(
     reliable: bool = typer.Option(False, help="In order, no duplicates, gaps repaired from history."),
     mode: str = typer.Option("direct", help="direct | relay."),
     heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between lease renewals."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind the service socket on."),
+    host: str = typer.Option("127.0.0.1", help=HOST_HELP + " Its service socket listens there."),
+    bind: str = bind_option(),
+    advertise: str = advertise_option(),
     trace: Path = typer.Option(None, help="Append deliveries here (JSON Lines, the trace schema)."),
     dead_letter: Path = typer.Option(None, help="Append what reliable mode could not repair (JSON Lines)."),
     run: str = typer.Option("live", help="Run name written in trace rows."),
@@ -259,7 +268,9 @@ def sub(
 
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
-        with Client(via, host=host, heartbeat=heartbeat, curve=curve, role="subscriber", trace=trace, trace_run=run,
+        listen = listen_addresses(host, bind, advertise)
+        with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="subscriber",
+                    trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
                     connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
             _say_metrics(client)
@@ -271,15 +282,13 @@ def sub(
                     break
                 stop.wait(0.2 if left is None else min(left, 0.2))
             summaries = [s.summary() for s in subs]
-            unmatched = {why for s in subs for why in s.unmatched.values()}
+            warnings = [w for s in subs for w in s.warnings]  # each said on stderr once already, as it came
             for s in subs:
                 s.unsubscribe()
     finally:
         if dead:
             dead.close()
-    for why in sorted(unmatched):
-        typer.echo(f"chordpub: {why}", err=True)
-    total = _totals(summaries, subs)
+    total = _totals(summaries, subs) | {"warnings": warnings}
     emit(total, as_json, _human_summary)
     if stop.is_set():
         return

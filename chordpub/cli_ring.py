@@ -91,6 +91,7 @@ def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H
     def human(o: dict) -> str:
         lines = [f"nodes {o['nodes']}  consistent {o['consistent']}  fingers correct "
                  f"{o['fingers_correct']:.1%}  successor lists correct {o['successors_correct']:.1%}"]
+        lines += [f"  {m['endpoint']} bound on {m['bind']}" for m in o["members"] if m["bind"] != m["endpoint"]]
         lines += [f"  problem: {p}" for p in o["problems"]]
         return "\n".join(lines)
 

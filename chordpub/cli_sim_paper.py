@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import clean_errors, fail
+from chordpub.cli_common import clean_errors, fail, output_file
 from chordpub.cli_sim import JSON, OUT, progress_bar, start_run, write_lookups
 from sim import paper
 
@@ -120,6 +120,7 @@ def stretch_cmd(nodes: str = typer.Option("1000,3000,10000", help="Ring sizes N,
     from sim.latency import LatencyError, from_spec
     from sim.proximity import PNS_SAMPLES, STRETCH_TOPOLOGIES, stretch_curve
 
+    output_file(png, "--png")
     sizes = _int_list(nodes, "--nodes", 2)
     samples = tuple(_int_list(pns, "--pns", 0)) if pns else PNS_SAMPLES
     specs = tuple(topology) if topology else STRETCH_TOPOLOGIES
@@ -166,6 +167,5 @@ def _draw_stretch(rows: list[dict], specs: tuple, samples: tuple, png: Path, rou
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)

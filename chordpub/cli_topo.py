@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import clean_errors
+from chordpub.cli_common import clean_errors, output_file
 
 topo_app = typer.Typer(help="Network topologies for the simulator and Mininet (spec strings).", no_args_is_help=True)
 
@@ -22,6 +22,7 @@ def show(spec: str = typer.Argument(..., help="e.g. single,4 | linear,4 | tree,d
     """Hosts, switches, links, link delays and the diameter in hops and ms."""
     from topologies.graphs import build, describe, draw
 
+    output_file(png, "--png")
     g = build(spec, seed=seed)
     info = describe(g)
     if png:

@@ -114,7 +114,7 @@ def effective(root: Group, default_map: dict[str, Any], argv: list[str]) -> tupl
             raise ConfigError(f"no command {' '.join([*names, name])!r}")
         group, defaults = command, (defaults or {}).get(name)
         names.append(name)
-    ctx = group.make_context(" ".join(names), args, resilient_parsing=True, default_map=defaults)
+    ctx = _parse(group, " ".join(names), args, defaults)
     rows = []
     for p in group.params:
         if getattr(p, "param_type_name", "") != "option" or not p.name or getattr(p, "hidden", False):
@@ -125,6 +125,17 @@ def effective(root: Group, default_map: dict[str, Any], argv: list[str]) -> tupl
         value = ctx.params.get(p.name)
         rows.append({"option": p.opts[0] if p.opts else p.name, "value": _plain(value), "from": origin})
     return " ".join(names), rows
+
+
+def _parse(command: Command, name: str, args: list[str], defaults: Any) -> Any:  # -> a click Context
+    """The command's context for `args`: an unknown option or a bad value is a ConfigError; a missing
+    required option is shown as not set (what config show is for)."""
+    try:
+        return command.make_context(name, list(args), default_map=defaults)
+    except Exception as exc:  # click's UsageError family, from the click typer vendors
+        if type(exc).__name__ == "MissingParameter" or not hasattr(exc, "format_message"):
+            return command.make_context(name, list(args), resilient_parsing=True, default_map=defaults)
+        raise ConfigError(f"chordpub {name}: {exc.format_message()}") from None
 
 
 def _plain(value: Any) -> Any:

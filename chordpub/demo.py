@@ -97,6 +97,9 @@ def spark_summary(run_dir: Path) -> dict:
 def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Path = Path("runs"),
              as_json: bool = False, seed: int | None = None, curve: Path | None = None) -> dict:
     """The main job (`make demo`); with `curve` (a keys directory) every process and socket runs CurveZMQ."""
+    from traces.spark import check_java
+
+    check_java()  # the summary at the end is Spark's: say so now, not after the run
     rng = random.Random(seed)
     run = time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = make_run_dir(out, run, {"nodes": nodes, "lookups": lookups, "seconds": seconds,

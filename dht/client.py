@@ -200,6 +200,7 @@ class DhtClient:
         for k in ("keys", "stored", "replicas", "r", "rounds", "joined", "records", "lookups_served"):
             out[k] = body.get(k)
         names = body.get("topics")
+        out["bind"] = body["bind"] if isinstance(body.get("bind"), str) else out["endpoint"]
         out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
         left = body.get("neighbours_left")
         out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []

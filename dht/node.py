@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class NodeConfig:
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # the address others reach the node at (its id is the hash of host:port)
     port: int = 0  # 0: a free port chosen at bind time
+    bind: str | None = None  # bind here instead of `host` (e.g. 0.0.0.0): dht/address.py
+    advertise_port: int | None = None  # others reach the node at this port (NAT, a container's mapping)
     join: str | None = None
     id: int | None = None
     bits: int = 64
@@ -57,6 +59,8 @@ class NodeConfig:
             wire.parse_endpoint(self.join)
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
+        if self.advertise_port is not None and not 0 < self.advertise_port < 65536:
+            raise ValueError("the advertised port must be in 1..65535")
         if self.id is not None and not 0 <= self.id < (1 << self.bits):
             raise ValueError(f"id must be in 0..2**{self.bits}-1")
         if self.successors < 1 or self.replicas < 1:
@@ -80,15 +84,18 @@ class ChordNode:
         self.join_error: str | None = None  # why the node gave up joining (join_timeout passed)
         self.jobs: queue.Queue[tuple[str, object]] = queue.Queue()
         self.changes: queue.Queue[Change] = queue.Queue()  # record changes dht/notifier.py publishes
-        self.server = RpcServer(config.host, config.port, self._handle, setup=setup)
-        nid = config.id if config.id is not None else node_id(config.host, self.server.port, config.bits)
+        bind = config.bind or config.host
+        self.server = RpcServer(bind, config.port, self._handle, setup=setup, advertise=config.host,
+                                advertise_port=config.advertise_port)
+        port = config.advertise_port or self.server.port
+        nid = config.id if config.id is not None else node_id(config.host, port, config.bits)
         self.me = Peer(nid, self.server.endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors)
         self.records = RecordTable(config.bits)
         observer = self.records.observe
         self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
                       else Store(config.bits, observer))
-        self.notifier = Notifier(self, config.host)  # binds the events socket, so that `info` names it
+        self.notifier = Notifier(self, bind, advertise=config.host)  # binds the events socket, so that `info` names it
         self.maintainer_rpc = None  # set by the Maintainer: its requests count in `traffic`
         self.round_trips = None  # set by the Maintainer: its calls' round trips (dht/proximity.py)
         config.services["events"] = self.notifier.endpoint
@@ -179,6 +186,7 @@ class ChordNode:
             return {
                 "node_id": wire.encode_id(self.me.id),
                 "endpoint": self.me.endpoint,
+                "bind": f"{self.config.bind or self.config.host}:{self.server.port}",
                 "bits": self.config.bits,
                 "predecessor": wire.encode_peer(rt.predecessor),
                 "successors": [wire.encode_peer(s) for s in rt.successors],

@@ -43,7 +43,8 @@ class NotifierHost(Protocol):
 
 
 class Notifier:
-    def __init__(self, node: NotifierHost, host: str, context: zmq.Context | None = None) -> None:
+    def __init__(self, node: NotifierHost, host: str, context: zmq.Context | None = None,
+                 advertise: str | None = None) -> None:
         self.node = node
         self.socket = (context or zmq.Context.instance()).socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -52,7 +53,7 @@ class Notifier:
         self.socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it
         if node.setup is not None:
             node.setup(self.socket, True)
-        self.endpoint = f"{host}:{self.socket.bind_to_random_port(f'tcp://{host}')}"
+        self.endpoint = f"{advertise or host}:{self.socket.bind_to_random_port(f'tcp://{host}')}"
         self.published = 0
         self.bytes_sent = 0
 

@@ -132,6 +132,7 @@ def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | 
                 finger_ok += 1  # "points at itself" is what an empty finger means
     return {
         "nodes": n,
+        "members": [{"endpoint": i["endpoint"], "id": i["id"], "bind": i.get("bind", i["endpoint"])} for i in infos],
         "consistent": not problems,
         "fingers_correct": round(finger_ok / finger_total, 6) if finger_total else 1.0,
         "successors_correct": round(succ_ok / succ_total, 6) if succ_total else 1.0,

@@ -80,7 +80,10 @@ class RpcServer:
 
     def __init__(self, host: str, port: int, handler: Callable[[dict], dict],
                  setup: SocketSetup | None = None, context: zmq.Context | None = None,
-                 schemas: wire.Schemas | None = None) -> None:
+                 schemas: wire.Schemas | None = None, advertise: str | None = None,
+                 advertise_port: int | None = None) -> None:
+        """Bind on host:port (port 0: a free one); `endpoint` is what others are told: advertise (default
+        host) and advertise_port (default the bound port) — see dht/address.py."""
         self.context = context or zmq.Context.instance()
         self.handler = handler
         self.schemas = schemas
@@ -94,8 +97,8 @@ class RpcServer:
         else:
             self.socket.bind(f"tcp://{host}:{port}")
             self.port = port
-        self.host = host
-        self.endpoint = f"{host}:{self.port}"
+        self.host = advertise or host
+        self.endpoint = f"{self.host}:{advertise_port or self.port}"
         self.reject_log = RejectLog("malformed request")
         self.bytes_sent = 0  # replies, for the node's traffic figures
         self.caught_up_at = time.time()  # the last moment nothing was waiting to be served

@@ -32,6 +32,7 @@ from pathlib import Path
 import zmq
 
 from dht import wire
+from dht.address import resolve
 from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
@@ -43,7 +44,7 @@ from pubsub.io_loop import IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
-from pubsub.publishing import PublishingSide, check_topic
+from pubsub.publishing import PublishingSide, check_topic, literal_note
 from pubsub.registrar import Registrar
 from pubsub.registration import Registration, subscriber_value
 from pubsub.service import SERVICE_SCHEMAS
@@ -58,7 +59,9 @@ class Client:
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
 
     `via` is any node of the ring ("host:port"); `host` the address this client listens on (its PUB
-    socket and service endpoint, which publishers and subscribers on other hosts must reach);
+    socket and service endpoint, which publishers and subscribers on other hosts must reach); `bind`
+    binds elsewhere (e.g. "0.0.0.0") and `advertise` tells others another host (dht/address.py:
+    binding 0.0.0.0 advertises this machine's outward address unless `advertise` is given);
     `heartbeat` the seconds between lease renewals (a registration lives three heartbeats after its
     client dies); `curve` a keys directory from `chordpub keys generate` (CurveZMQ on every socket, as
     `role`); `timeout` bounds every call that waits on the ring (the constructor's first contact
@@ -78,7 +81,8 @@ class Client:
     is then `metrics_endpoint`).
     """
 
-    def __init__(self, via: str, *, host: str = "127.0.0.1", heartbeat: float = 1.0,
+    def __init__(self, via: str, *, host: str = "127.0.0.1", bind: str | None = None,
+                 advertise: str | None = None, heartbeat: float = 1.0,
                  curve: str | Path | None = None, role: str = "client", timeout: float = 10.0,
                  trace: str | Path | None = None, trace_run: str = "live", trace_source: str = "live",
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
@@ -91,7 +95,9 @@ class Client:
         if name is not None:
             check_name(name)
         self.data = DataDir(data_dir, name) if data_dir is not None else None
-        self.via, self.host, self.heartbeat, self.timeout = via, host, heartbeat, timeout
+        listen = resolve(host, bind, advertise)
+        self.via, self.host, self.heartbeat, self.timeout = via, listen.host, heartbeat, timeout
+        self.bind = listen.bind
         self._on_dead_letter = on_dead_letter
         self._own_context = context is None
         self.context = zmq.Context() if context is None else context
@@ -106,10 +112,12 @@ class Client:
         self.metrics_endpoint: str | None = None
         try:
             setup = self._curve_setup(curve, role)
-            service = RpcServer(host, 0, lambda _r: {}, setup=setup, context=self.context, schemas=SERVICE_SCHEMAS)
+            service = RpcServer(listen.bind, 0, lambda _r: {}, setup=setup, context=self.context,
+                                schemas=SERVICE_SCHEMAS, advertise=listen.host)
             self.id = self.data.name if self.data is not None else (name or service.endpoint)
             self.service_endpoint = service.endpoint  # history, repair, probes and acks are asked here
-            self.publishing = PublishingSide(self.context, host, self.id, setup, self.data)
+            self.publishing = PublishingSide(self.context, listen.bind, self.id, setup, self.data,
+                                             advertise=listen.host)
             if trace is not None:
                 from traces.writer import JsonlWriter
 
@@ -125,8 +133,8 @@ class Client:
                 from dht.metrics import serve
                 from pubsub.metrics import ClientCollector
 
-                self._metrics = serve(ClientCollector(self), metrics_port, host)[0]
-                self.metrics_endpoint = f"{host}:{self._metrics.server_port}"
+                self._metrics = serve(ClientCollector(self), metrics_port, listen.bind)[0]
+                self.metrics_endpoint = f"{listen.host}:{self._metrics.server_port}"
         except BaseException:
             self._teardown()
             raise
@@ -238,6 +246,8 @@ class Client:
         self._check_open()
         check_topic(topic)
         check_mode(mode)
+        if literal_note(topic):
+            log.warning("%s", literal_note(topic))
         positions = None
         if durable is not None:
             if self.data is None:

@@ -121,6 +121,15 @@ class Subscription:
         return dict(self._state.unmatched)
 
     @property
+    def warnings(self) -> list[str]:
+        """What may keep messages from this subscription: a topic that looks like a pattern (it is taken
+        literally), publishers not matched (another mode, too little history)."""
+        from pubsub.publishing import literal_note
+
+        note = literal_note(self.topic)
+        return ([note] if note else []) + sorted(self._state.unmatched.values())
+
+    @property
     def active(self) -> bool:
         return not self._closed
 

@@ -42,10 +42,23 @@ def check_topic(topic: str) -> str:
     return topic
 
 
+WILDCARDS = "*#>+"  # what MQTT, NATS and AMQP subscribers would take for wildcards
+
+
+def literal_note(topic: str) -> str | None:
+    """A warning for a topic that looks like a pattern: topics are matched exactly, by their hash."""
+    used = sorted({c for c in topic if c in WILDCARDS})
+    if not used:
+        return None
+    return (f"topic {topic!r} contains {' '.join(repr(c) for c in used)}, taken literally: chordpub has no "
+            f"wildcards, so only publishers of exactly {topic!r} are delivered")
+
+
 class PublishingSide:
     def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None,
-                 data: DataDir | None = None) -> None:
+                 data: DataDir | None = None, advertise: str | None = None) -> None:
         self.context, self.host, self.client_id, self.setup = context, host, client_id, setup
+        self.advertise = advertise or host
         self.data = data
         self.journal: Journal | None = None  # with a data directory, once something is published
         self.lock = threading.Lock()
@@ -77,7 +90,7 @@ class PublishingSide:
         with self.lock:
             if self.direct is None:
                 self.direct = self._pub_socket(server=True)
-                self.endpoint = f"{self.host}:{self.direct.bind_to_random_port(f'tcp://{self.host}')}"
+                self.endpoint = f"{self.advertise}:{self.direct.bind_to_random_port(f'tcp://{self.host}')}"
             if pub.mode == "relay" and self.relay is None:
                 self.relay = self._pub_socket(server=False)
             if self.data is not None:

@@ -27,7 +27,7 @@ SERVICE_OUT = "relay_out"
 class Relay:
     """XSUB <-> XPUB forwarding on two ports of this host, in a background thread."""
 
-    def __init__(self, host: str = "127.0.0.1", setup: SocketSetup | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", setup: SocketSetup | None = None, advertise: str | None = None) -> None:
         self.context = zmq.Context.instance()
         self.xsub = self.context.socket(zmq.XSUB)
         self.xpub = self.context.socket(zmq.XPUB)
@@ -38,8 +38,9 @@ class Relay:
             sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
             if setup is not None:
                 setup(sock, True)
-        self.in_endpoint = f"{host}:{self.xsub.bind_to_random_port(f'tcp://{host}')}"
-        self.out_endpoint = f"{host}:{self.xpub.bind_to_random_port(f'tcp://{host}')}"
+        told = advertise or host  # bound on host, reached at `told` (dht/address.py)
+        self.in_endpoint = f"{told}:{self.xsub.bind_to_random_port(f'tcp://{host}')}"
+        self.out_endpoint = f"{told}:{self.xpub.bind_to_random_port(f'tcp://{host}')}"
         self._control_address = f"inproc://relay-control-{id(self)}"
         self._control = self.context.socket(zmq.PAIR)
         self._control.bind(self._control_address)

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +35,49 @@ class AnalyzeError(ValueError):
     """Input the analysis cannot start from (a missing directory, no traces at all)."""
 
 
+JAVA_NEEDED = 17
+JAVA_HINT = "install a Java runtime (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME to one"
+
+
+class JavaMissing(RuntimeError):
+    """Spark's driver is a Java process: without Java, PySpark fails deep inside with
+    JAVA_GATEWAY_EXITED. This says it in one line instead, before any work."""
+
+
+def java_problem() -> str | None:
+    """What is wrong with the Java Spark would start (JAVA_HOME's, else the one on PATH), or None."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if not java.is_file():
+            return f"Spark needs Java {JAVA_NEEDED} or newer, and JAVA_HOME={home} has no bin/java: {JAVA_HINT}"
+    else:
+        found = shutil.which("java")
+        if found is None:
+            return f"Spark needs Java {JAVA_NEEDED} or newer, and there is no java on PATH: {JAVA_HINT}"
+        java = Path(found)
+    try:
+        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"Spark needs Java {JAVA_NEEDED} or newer, and {java} does not run ({exc}): {JAVA_HINT}"
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if match is None:
+        return None  # an unusual build: let Spark judge
+    major = int(match.group(1)) if match.group(1) != "1" else int(match.group(2) or 0)
+    if major < JAVA_NEEDED:
+        return f"Spark needs Java {JAVA_NEEDED} or newer, and {java} is Java {major}: {JAVA_HINT}"
+    return None
+
+
+def check_java() -> None:
+    problem = java_problem()
+    if problem is not None:
+        raise JavaMissing(problem)
+
+
 def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: bool = False):
     """A SparkSession: `master`, else SPARK_MASTER, else what spark-submit set, else local[*]."""
+    check_java()
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 

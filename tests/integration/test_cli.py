@@ -33,7 +33,7 @@ def test_node_info_json(ring):
     proc = run_cli("node", "info", node.endpoint, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"id", "endpoint", "predecessor", "successors", "fingers", "keys", "pns", "records",
+    assert set(out) == {"id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns", "records",
                         "lookups_served", "neighbours_left"}
     assert out["pns"] == 8  # proximity neighbour selection is on by default
     assert all(set(f) == {"id", "endpoint", "rtt_ms"} for f in out["fingers"] if f is not None)
