@@ -108,8 +108,12 @@ class Maintainer:
                     elif kind == "replicate":
                         self.replicate(full=False)
                     elif time.monotonic() >= next_round:
+                        # rounds start a period apart (not a period after the last one ended): a
+                        # round slowed by timeouts on dead peers must not also delay the next
+                        # stabilize, which is what heals the ring around them
+                        started = time.monotonic()
                         self.round()
-                        next_round = time.monotonic() + self.config.stabilize * random.uniform(0.9, 1.1)
+                        next_round = started + self.config.stabilize * random.uniform(0.9, 1.1)
                 except Exception:  # a maintenance bug must not silently stop the node healing
                     log.exception("maintenance step %s failed", kind)
         finally:
