@@ -46,9 +46,16 @@ def node_start(
     port: int = typer.Option(5555, help="Port to bind; 0 picks a free one."),
     bind: str = bind_option(),
     advertise: str = advertise_option(),
-    join: str = typer.Option(None, help="Join the ring through this node (H:P); omit to create a ring."),
-    connect_timeout: float = typer.Option(5.0, "--connect-timeout", min=0.01, help="With --join: give up (exit "
-                                          "status 2) when the ring cannot be joined within this many seconds."),
+    join: list[str] = typer.Option(None, help="Seeds: join the ring through the first of these nodes that "
+                                   "answers (H:P, comma-separated or repeated). Give every node the same list: a "
+                                   "node named in it starts a new ring when none of the others answers. Omit to "
+                                   "create a ring (or, with --data-dir, to rejoin the one this node was in)."),
+    connect_timeout: float = typer.Option(5.0, "--connect-timeout", min=0.01, help="With --join naming only "
+                                          "other nodes: give up (exit status 2) when the ring cannot be joined "
+                                          "within this many seconds."),
+    probe_every: float = typer.Option(None, "--probe-every", min=0, max=3600, help="Seconds between probes of "
+                                      "one remembered node outside the routing table, which find and merge a "
+                                      "split ring (default: 2 stabilize periods; 0: never)."),
     id: int = typer.Option(None, "--id", help="Node id; default key_id of the advertised 'host:port'."),
     bits: int = typer.Option(64, help="Identifier bits (8..128); every node of a ring must agree."),
     successors: int = typer.Option(8, help="Successor-list length r."),
@@ -69,17 +76,18 @@ def node_start(
     metrics_port: int = metrics_port_option(),
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
-    from dht.node import ChordNode, NodeConfig
+    from dht.node import ChordNode, NodeConfig, seed_list
 
     check_source(source)
     setup_logging(log_level, log_file)
-    if join:
-        endpoint_arg(join)
+    seeds = seed_list(join)
+    for seed in seeds:
+        endpoint_arg(seed)
     listen = listen_addresses(host, bind, advertise)
-    config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port, join=join,
-                        id=id, bits=check_bits(bits),
+    config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port,
+                        join=seeds or None, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
-                        pns=pns, join_timeout=connect_timeout)
+                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter

@@ -194,7 +194,7 @@ class LocalRing:
             nonlocal last
             try:
                 via = self.live[0].endpoint
-                last = check_ring(client, start=via, expected=len(self.live), step_over=False)
+                last = check_ring(client, start=via, expected=len(self.live), step_over=False, split_wait=0.2)
             except Exception as exc:  # a node mid-start may not answer yet: keep polling
                 last = {"consistent": False, "problems": [str(exc)]}
                 return False

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dht.client import DhtClient, DhtError
-from dht.ringcheck import evaluate, walk
+from dht.ringcheck import evaluate, split_problems, walk
 from dht.ringview import DEAD, DETACHED, LEFT, NEW, RingView, Row
 
 STYLES = {NEW: "cyan", LEFT: "yellow", DEAD: "bold red", DETACHED: "magenta"}
@@ -74,6 +74,7 @@ def look(client: DhtClient, endpoint: str, view: RingView, now: float) -> dict:
     answering = {e for e in missing if client.ping(e)}
     silent.update(e for e in missing if e not in answering)
     rows = view.look(infos, silent, answering, now)
+    problems = problems + split_problems(client, infos, silent)
     report = evaluate(infos, problems, int(infos[0].get("bits") or 64)) if infos else {
         "nodes": 0, "consistent": False, "problems": ["no node of the ring answers"]}
     return {"time": time.time(), "via": endpoint, "nodes": len(infos), "consistent": report["consistent"],

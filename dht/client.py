@@ -204,6 +204,11 @@ class DhtClient:
         out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
         left = body.get("neighbours_left")
         out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []
+        remembered = body.get("remembered")
+        out["remembered"] = [m for m in remembered if isinstance(m, dict) and isinstance(m.get("endpoint"), str)
+                             ] if isinstance(remembered, list) else []
+        for k in ("probes", "merges"):
+            out[k] = body.get(k) if isinstance(body.get(k), int) else 0
         out["pns"] = body.get("pns", 0)
         rtts = body.get("finger_rtt_ms")
         if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):

@@ -53,6 +53,8 @@ class MaintainedNode(Protocol):
     rounds: int
     maintainer_rpc: Any
     round_trips: Any  # dht/proximity.py RoundTrips, set by the Maintainer
+    members: Any  # dht/membership.py Members, used under `lock`
+    remembered_at_start: int  # members loaded from the data directory
 
     def write_field(self, composite: str, raw: bytes | None) -> int: ...
 
@@ -121,30 +123,57 @@ class Maintainer:
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self) -> None:
-        """join(n'): successor := n'.find_successor(me) (ToN'03 Fig. 6); retried until it works."""
+        """join(n'): successor := n'.find_successor(n) (ToN'03 Fig. 6), through the seeds of `--join` in
+        turn, then the members this node remembers from its data directory (dht/membership.py).
+
+        A new ring is started only when none of them answers, and only by a node that may do so: one
+        named among the seeds (every node of a deployment may be given the same list), or one that
+        remembers members (a restart). Such a node keeps them remembered and probes them, so the rings
+        merge once they answer (dht/prober.py). A node given only others' endpoints keeps trying until
+        `join_timeout` passes, then gives up: it was told to join a ring that is not there.
+        """
         node = self.node
-        if self.config.join is None or self.config.join == self.me.endpoint:
+        seeds = self.config.seeds
+        with node.lock:
+            candidates = [e for e in seeds if e != self.me.endpoint]
+            candidates += [e for e in node.members.endpoints() if e not in candidates]
+        may_start = not seeds or self.me.endpoint in seeds or node.remembered_at_start > 0
+        if not candidates:
             node.joined.set()
             return
         deadline = None if self.config.join_timeout is None else time.monotonic() + self.config.join_timeout
         while not node.stopped.is_set():
-            found = iterative_lookup(self.me.id, self.config.join, self.remote_ask,
-                                     max_steps=4 * self.config.bits + 16)
-            if found.ok and found.owner is not None:
-                with node.lock:
-                    if found.owner != self.me:
+            errors = []
+            for endpoint in candidates:
+                # avoiding our own endpoint: a ring that has not yet noticed our restart may still route
+                # our id to us; what we want is the next live node
+                found = iterative_lookup(self.me.id, endpoint, self.remote_ask, max_steps=4 * self.config.bits + 16,
+                                         avoid=(self.me.endpoint,))
+                if found.ok and found.owner is not None and found.owner != self.me:
+                    with node.lock:
                         self.routing.adopt_successor_list(found.owner, [])
-                self.stabilize()
+                    self.stabilize()
+                    node.joined.set()
+                    log.info("%s joined via %s; successor %s", self.me.endpoint, endpoint, found.owner.endpoint)
+                    return
+                errors.append(f"{endpoint}: {found.error or 'routed to ourselves'}")
+                if node.stopped.is_set():
+                    return
+            with node.lock:
+                joined_by_others = not self.routing.alone  # a node that joined through us meanwhile
+            if joined_by_others or may_start:
                 node.joined.set()
-                log.info("%s joined via %s; successor %s", self.me.endpoint, self.config.join,
-                         found.owner.endpoint)
+                if not joined_by_others:
+                    log.warning("%s: none of %s answered: starting a new ring; they stay remembered and "
+                                "are probed, so the rings merge when they answer", self.me.endpoint,
+                                ", ".join(candidates))
                 return
             if deadline is not None and time.monotonic() + self.config.stabilize > deadline:
-                node.join_error = (f"could not join the ring via {self.config.join} within "
-                                   f"{self.config.join_timeout:g}s ({found.error})")
+                node.join_error = (f"could not join the ring via {', '.join(candidates)} within "
+                                   f"{self.config.join_timeout:g}s ({'; '.join(errors)})")
                 node.stopped.set()
                 return
-            log.debug("join via %s failed (%s); retrying", self.config.join, found.error)
+            log.debug("join failed (%s); retrying", "; ".join(errors))
             node.stopped.wait(self.config.stabilize)
 
     def round(self) -> None:

@@ -58,6 +58,7 @@ class NodeCollector:
         with node.lock:
             keys, stored = node.store.count(node.routing.owns), node.store.count()
             successors = len(node.routing.successors)
+            members = node.members.counts()
         traffic = node.traffic()
         for name, doc, value in (
                 ("chordpub_node_stabilize_rounds", "Maintenance rounds (stabilize, fix_fingers, ...) run.",
@@ -80,6 +81,16 @@ class NodeCollector:
             g = GaugeMetricFamily(name, doc, labels=["node"])
             g.add_metric(label, value)
             yield g
+        g = GaugeMetricFamily("chordpub_node_members", "Remembered members by state: in this ring (ring), "
+                              "alive in another ring (other-ring), not answering (unreachable), not probed "
+                              "since they left the routing table (unknown).", labels=["node", "state"])
+        for state, count in members.items():
+            g.add_metric([node.endpoint, state], count)
+        yield g
+        c = CounterMetricFamily("chordpub_node_merges", "Probes and unify hints that found another ring.",
+                                labels=["node"])
+        c.add_metric(label, node.prober.merges)
+        yield c
         yield self.hops.family(label)
 
 

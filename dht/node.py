@@ -22,7 +22,9 @@ from dht import wire
 from dht.durable import DurableStore
 from dht.ids import check_bits, in_half_open, key_id, node_id
 from dht.maintenance import Maintainer
+from dht.membership import Members
 from dht.notifier import Notifier
+from dht.prober import Prober
 from dht.proximity import DEFAULT_SAMPLES
 from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
@@ -38,7 +40,7 @@ class NodeConfig:
     port: int = 0  # 0: a free port chosen at bind time
     bind: str | None = None  # bind here instead of `host` (e.g. 0.0.0.0): dht/address.py
     advertise_port: int | None = None  # others reach the node at this port (NAT, a container's mapping)
-    join: str | None = None
+    join: str | list[str] | None = None  # seeds: "H:P", "H:P,H:P", or a list; tried in turn (seed_list)
     id: int | None = None
     bits: int = 64
     successors: int = 8
@@ -52,11 +54,18 @@ class NodeConfig:
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
     pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
+    probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
+
+    @property
+    def seeds(self) -> list[str]:
+        return seed_list(self.join)
 
     def validate(self) -> None:
         check_bits(self.bits)
-        if self.join is not None:
-            wire.parse_endpoint(self.join)
+        for seed in self.seeds:
+            wire.parse_endpoint(seed)
+        if self.probe_every is not None and not 0 <= self.probe_every <= 3600:
+            raise ValueError("probe-every must be between 0 (never) and 3600 seconds")
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
         if self.advertise_port is not None and not 0 < self.advertise_port < 65536:
@@ -71,6 +80,18 @@ class NodeConfig:
             raise ValueError("pns must be between 0 (plain Chord) and 64 samples")
         if not 0.01 <= self.stabilize <= 3600:
             raise ValueError("stabilize must be between 0.01 and 3600 seconds")
+
+
+def seed_list(join: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The seeds of `--join`: comma-separated and/or repeated endpoints, in order, without repeats."""
+    items = [join] if isinstance(join, str) else list(join or ())
+    out: list[str] = []
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
 
 
 class ChordNode:
@@ -105,6 +126,10 @@ class ChordNode:
         self.neighbours_left: deque[str] = deque(maxlen=16)  # told by `leaving`: `ring watch` says "left"
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
+        # the nodes this node has known (dht/membership.py): seeds, and with --data-dir those of its last run
+        self.members = Members(self.me.endpoint, config.seeds)
+        self.remembered_at_start = self.members.load(config.data_dir) if config.data_dir else 0
+        self.prober = Prober(self)
         self._threads: list[threading.Thread] = []
         self._handlers: dict[str, Callable[[dict], dict]] = {
             "ping": lambda r: {"node_id": wire.encode_id(self.me.id)},
@@ -121,6 +146,7 @@ class ChordNode:
             "leave": self._on_leave,
             "records": self._on_records,
             "refresh": self._on_refresh,
+            "unify": self._on_unify,
         }
 
     @property
@@ -131,7 +157,7 @@ class ChordNode:
     def start(self) -> ChordNode:
         maintainer = Maintainer(self)
         for name, target in (("server", self._serve), ("maintenance", maintainer.run),
-                             ("notifier", self.notifier.run)):
+                             ("notifier", self.notifier.run), ("prober", self.prober.run)):
             t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -204,6 +230,9 @@ class ChordNode:
                 "records": len(owned),
                 "lookups_served": self.next_hops_served,
                 "neighbours_left": list(self.neighbours_left),
+                "remembered": self.members.rows(time.time()),
+                "probes": self.prober.probes,
+                "merges": self.prober.merges,
                 **({"topics": sorted(owned)[:topics]} if topics else {}),
             }
 
@@ -324,6 +353,10 @@ class ChordNode:
         else:
             rt.forget(gone.endpoint)
         return {}
+
+    def _on_unify(self, req: dict) -> dict:
+        """A node of another ring (or that was): the prober looks our id up through it (dht/prober.py)."""
+        return {"queued": self.prober.hint(req["peer"], req["hops"])}
 
     def _on_leave(self, req: dict) -> dict:
         self.jobs.put(("leave", None))

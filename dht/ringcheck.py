@@ -5,12 +5,20 @@ gathered, computes the ideal ring from their ids (every finger i of node n shoul
 successor(n + 2**i), SIGCOMM'01 Table 1; under proximity neighbour selection with K samples, one of
 the first K nodes of [n + 2**i, n + 2**(i+1)), or that successor when the interval is empty) and
 lists every disagreement.
+
+A ring can also be split in two (or more), each consistent on its own (dht/membership.py). So the check
+also asks the nodes it walked which members they remember, and pings those that are off the walk: one
+that answers is alive in another ring, and the check fails naming it. `consistent` means one ring.
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 
+import zmq
+
+from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.ids import distance, finger_start, owner_of
 
@@ -156,8 +164,54 @@ def allowed_fingers(sorted_ids: list[int], me: int, i: int, bits: int, pns: int)
     return out
 
 
+SPLIT_PROBES = 64  # remembered members off the walk pinged by one check, at most
+SPLIT_WAIT = 0.5  # seconds a check waits for them, all at once
+
+
+def split_problems(client: DhtClient, infos: list[dict], silent: set[str] = frozenset(),
+                   wait: float = SPLIT_WAIT) -> list[str]:
+    """A problem for each member remembered by a walked node that is off the walk and answers (asked
+    all at once, waiting `wait` seconds in all): it is alive, so it is in another ring."""
+    walked = {i["endpoint"] for i in infos}
+    remembered_by: dict[str, str] = {}
+    for info in infos:
+        for m in info.get("remembered", []):
+            e = m.get("endpoint")
+            if isinstance(e, str) and e not in walked and e not in silent:
+                remembered_by.setdefault(e, info["endpoint"])
+    answers: dict[str, dict] = {}
+    rpc = client.rpc
+    for endpoint in list(remembered_by)[:SPLIT_PROBES]:
+        rpc.send(endpoint, "get_links", on_reply=lambda r, e=endpoint: answers.__setitem__(e, r.body) if r.ok else None,
+                 timeout=wait)
+    deadline = time.monotonic() + wait
+    while rpc.waiting and time.monotonic() < deadline:
+        if rpc.socket.poll(max(1, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
+            rpc.on_readable()
+    rpc.expire(deadline + 1.0)  # give up on the rest: their callbacks see a timeout
+    problems = []
+    for endpoint, body in sorted(answers.items()):
+        try:
+            succ = wire.decode_peers(body.get("successors", []))
+        except wire.WireError:
+            succ = []
+        where = f"its successor is {succ[0].endpoint}" if succ else "it is alone"
+        problems.append(f"{endpoint} (remembered by {remembered_by[endpoint]}) is alive but not in this ring: "
+                        f"the ring is split ({where})")
+    return problems
+
+
 def check_ring(client: DhtClient, start: str | None = None, expected: int | None = None,
-               step_over: bool = True) -> dict:
+               step_over: bool = True, split_wait: float = SPLIT_WAIT) -> dict:
+    """The report of `ring check`. A poll (step_over=False, asking only "consistent yet?") looks for a
+    split only once the walk itself is consistent, so that a healing ring's polls stay quick."""
     start = start or client.via
-    infos, problems = walk(client, start, step_over=step_over)
-    return evaluate(infos, problems, int(infos[0].get("bits") or 64), expected)
+    silent: set[str] = set()
+    infos, problems = walk(client, start, step_over=step_over, silent=silent)
+    bits = int(infos[0].get("bits") or 64)
+    report = evaluate(infos, problems, bits, expected)
+    if step_over or report["consistent"]:
+        split = split_problems(client, infos, silent, split_wait)
+        if split:
+            report = evaluate(infos, problems + split, bits, expected)
+    return report

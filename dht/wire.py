@@ -25,6 +25,7 @@ MAX_VALUE_BYTES = 512 * 1024
 MAX_FIELD_CHARS = 256
 MAX_LIST = 4096
 MAX_ENTRIES = 100_000
+MAX_HOPS = 4096  # a unify hint's hops left (dht/prober.py)
 _UINT64 = (1 << 64) - 1
 _ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})$")
 
@@ -206,6 +207,12 @@ def _ttl(value: Any, what: str) -> float:
     return float(value)
 
 
+def _hops(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HOPS:
+        raise WireError(f"{what} must be an integer in [0, {MAX_HOPS}]")
+    return value
+
+
 def _endpoint(value: Any, what: str) -> str:
     parse_endpoint(value)
     return value
@@ -243,6 +250,8 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "records": {"items": (_record_items, True), "about": (_bool, False), "replicated": (_bool, False)},
     # the owner of the arc (from, to] still holds its entries: replica leases there start again
     "refresh": {"from": (_id, True), "to": (_id, True)},
+    # ring unification (dht/prober.py): `peer` is in another ring than ours, or was; `hops` left to pass on
+    "unify": {"peer": (_peer, True), "hops": (_hops, True)},
 }
 
 
