@@ -465,7 +465,7 @@ class Maintainer:
                 key, name = split_field_key(composite)
                 prev = node.records.epoch(key, namespace(name))
                 version = node.write_field(composite, None)
-                node.changes.put(Change(key, name, None, version, prev))
+                node.changes.put(Change(key, name, None, node.records.epoch(key, namespace(name)) or version, prev))
         if gone:
             self.replicate(full=False)
 

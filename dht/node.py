@@ -307,7 +307,8 @@ class ChordNode:
                 version = self.write_field(composite, raw)
                 wrote = True
                 if applied.news:
-                    self.changes.put(Change(key, name, None if raw is None else item.get("val"), version, prev))
+                    self.changes.put(Change(key, name, None if raw is None else item.get("val"),
+                                            self.records.epoch(key, namespace(name)) or version, prev))
             results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))

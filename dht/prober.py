@@ -75,12 +75,14 @@ class Prober:
             while not node.stopped.is_set():
                 wait = max(0.0, next_probe - time.monotonic()) if self.every > 0 else 1.0
                 try:
-                    peer, hops = self.hints.get(timeout=min(wait, 1.0))
+                    peer, hops = self.hints.get(timeout=min(wait, node.config.stabilize, 1.0))
                     self.follow(peer, hops)
                 except queue.Empty:
                     if self.every > 0 and time.monotonic() >= next_probe:
                         next_probe = time.monotonic() + self.every * random.uniform(0.9, 1.1)
                         self.probe()
+                    else:
+                        self.sync()
                 except Exception:  # a prober bug must not stop the node probing
                     log.exception("probe failed")
                 self.save()
@@ -88,13 +90,19 @@ class Prober:
             self.save(force=True)
             self.rpc.close()
 
-    def probe(self) -> None:
+    def sync(self) -> set[str]:
+        """Remember the routing table's nodes; returns their endpoints."""
         node = self.node
-        now = time.time()
         with node.lock:
             table = node.routing.known_peers()
-            node.members.sync(table, now)
-            target = node.members.probe_target({p.endpoint for p in table}, now)
+            node.members.sync(table, time.time())
+        return {p.endpoint for p in table}
+
+    def probe(self) -> None:
+        node = self.node
+        in_table = self.sync()
+        with node.lock:
+            target = node.members.probe_target(in_table, time.time())
         if target is None:
             return
         self.probes += 1
@@ -108,6 +116,7 @@ class Prober:
             if found.owner is not None:
                 node.members.note(found.owner, time.time())
         if outcome == UNREACHABLE:
+            self.rpc.reset(target.endpoint)  # the next probe opens a fresh connection (a healed link)
             log.debug("%s: remembered member %s did not answer", self.me.endpoint, target.endpoint)
         elif outcome == OTHER_RING and found.owner is not None:
             log.warning("%s: remembered member %s is in another ring (it routes our id to %s): merging",

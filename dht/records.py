@@ -117,9 +117,11 @@ class RecordTable:
     def observe(self, composite: str, raw: bytes | None, version: int) -> None:
         key, name = split_field_key(composite)
         if version:
+            # the namespace changed, even when the entry is older than its epoch: a field handed over
+            # from the other side of a healed partition, or written by a node whose clock is behind.
+            # Watchers compare epochs for equality, so it must move (dht/prober.py, ring merges).
             ek = (key, namespace(name))
-            if version > self.epochs.get(ek, 0):
-                self.epochs[ek] = version
+            self.epochs[ek] = max(version, self.epochs.get(ek, 0) + 1)
         fields = self.fields.get(key)
         if raw is None:
             if fields is not None:

@@ -189,6 +189,9 @@ class RpcClient:
         self.socket = self.context.socket(zmq.ROUTER)
         _base_options(self.socket)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # a connect whose SYN was lost (a partition) is retried after this, not after the kernel's
+        # exponential SYN back-off (up to minutes), so a healed link is used within a second or two
+        self.socket.setsockopt(zmq.CONNECT_TIMEOUT, max(1000, int(2000 * timeout)))
         if setup is not None:
             setup(self.socket, False)
         self._peers: OrderedDict[str, bytes] = OrderedDict()  # endpoint -> routing id of its connection

@@ -1,0 +1,72 @@
+"""A partition heals into one ring (dht/prober.py): 8 nodes on two switches, the link between them cut and
+restored. To see it fail, start the nodes with `--probe-every 0` (no probes, so no merge): after the heal
+the sides stay two rings, each consistent alone, and the wait times out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from topologies.partition import partitioned_ring
+
+pytestmark = pytest.mark.mininet
+STABILIZE = 0.5
+
+
+def test_an_even_partition_heals_into_one_ring_and_a_reliable_stream_loses_nothing(clean_host, tmp_path):
+    with partitioned_ring(4, 4, tmp_path, STABILIZE) as ring:
+        ring.start_nodes()
+        a, b = ring.side_a, ring.side_b
+        assert ring.wait_ring(a[0], 8)["seconds"] is not None
+        keys = tmp_path / "keys.txt"
+        keys.write_text("\n".join(f"key-{i}" for i in range(100)) + "\n")
+        # a reliable subscriber on one side, a publisher on the other, both before the cut
+        out = tmp_path / "follow.json"
+        follow = ring.popen(b[1], "-m", "tests.helpers.follow", "--via", ring.endpoint(b[1]), "--topic", "across",
+                            "--count", "600", "--seconds", "120", "--out", str(out), "--host", b[1].IP(),
+                            log="follow.log")
+        ring.popen(a[1], "-m", "chordpub", "pub", "--via", ring.endpoint(a[1]), "--topic", "across", "--host",
+                   a[1].IP(), "--reliable", "--history", "2000", "--count", "600", "--rate", "15",
+                   "--linger", "60", log="pub.log")
+        ring.link(up=False)
+        cut_at = time.monotonic()
+        sides = [ring.wait_ring(a[0], 4, timeout=20), ring.wait_ring(b[0], 4, timeout=20)]
+        assert all(s["seconds"] is not None for s in sides), sides  # each side a ring of its own, as it should be
+        assert ring.owners(a[0], keys) != ring.owners(b[0], keys)
+        while time.monotonic() - cut_at < 20:
+            ring.wait_ring(a[0], 4, timeout=1)  # the cut lasts 20 s; meanwhile each side stays whole
+        ring.link(up=True)
+        healed = ring.wait_ring(a[0], 8, timeout=60)
+        assert healed["seconds"] is not None, healed["report"]
+        periods = healed["seconds"] / STABILIZE
+        print(f"one ring of 8 again {healed['seconds']:.2f}s ({periods:.1f} periods) after the heal")
+        assert periods <= 10, healed
+        assert ring.wait_ring(b[2], 8, timeout=10)["seconds"] is not None
+        assert ring.owners(a[0], keys) == ring.owners(b[0], keys)
+        follow.wait(timeout=150)
+        got = json.loads(out.read_text())
+        assert follow.returncode == 0, got["received"]
+        (seqs,) = got["seqs"].values()
+        assert seqs == list(range(1, 601))  # every message, in order, once
+
+
+@pytest.mark.parametrize("a,b", [(1, 7), (3, 5)])
+def test_an_uneven_partition_heals_into_one_ring(clean_host, tmp_path, a, b):
+    with partitioned_ring(a, b, tmp_path, STABILIZE) as ring:
+        ring.start_nodes()
+        assert ring.wait_ring(ring.side_a[0], a + b)["seconds"] is not None
+        ring.link(up=False)
+        assert ring.wait_ring(ring.side_a[0], a, timeout=20)["seconds"] is not None
+        assert ring.wait_ring(ring.side_b[0], b, timeout=20)["seconds"] is not None
+        ring.link(up=True)
+        healed = ring.wait_ring(ring.side_b[0], a + b, timeout=60)
+        assert healed["seconds"] is not None, healed["report"]
+        print(f"{a}|{b}: one ring again {healed['seconds']:.2f}s ({healed['seconds'] / STABILIZE:.1f} periods) "
+              "after the heal")
+        assert healed["seconds"] / STABILIZE <= 10
+        keys = tmp_path / "keys.txt"
+        keys.write_text("\n".join(f"key-{i}" for i in range(100)) + "\n")
+        assert ring.owners(ring.side_a[0], keys) == ring.owners(ring.side_b[0], keys)

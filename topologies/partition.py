@@ -1,0 +1,157 @@
+"""Network partitions on Mininet: a ring spread over two switches, the link between them cut and restored.
+
+`two_sides(a, b)` is the topology (data, as mininet's topo.py keeps it): switch s1 with hosts a1..aA,
+switch s2 with hosts b1..bB, one link between the switches. `PartitionedRing` starts one node per host
+through the CLI (each joining through the first, as docs/deploy.md does), cuts and restores that link
+(Mininet's configLinkStatus: both ends set down, frames dropped, as a failed cable would) and times how
+long the sides take to become one ring again, polling `ring check` from inside a host:
+
+    python -m topologies.partition wait VIA --expect N [--timeout S]
+
+prints {"seconds": float|null, "report": ring check's report} and exits 0 once the ring through VIA is
+one consistent ring of N nodes (a split counts as inconsistent: dht/ringcheck.py), 1 on timeout.
+Used by tests/mininet/test_partition.py and benchmarks/partition.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+PORT = 5555
+
+
+def two_sides(a: int, b: int) -> nx.Graph:
+    """Hosts a1..aA on switch s1, b1..bB on switch s2, and the one link s1-s2 a partition cuts."""
+    g = nx.Graph(spec=f"two-sides,{a},{b}")
+    for s in ("s1", "s2"):
+        g.add_node(s, kind="switch")
+    for side, n in (("a", a), ("b", b)):
+        for i in range(1, n + 1):
+            g.add_node(f"{side}{i}", kind="host")
+    for side, n, s in (("a", a, "s1"), ("b", b, "s2")):
+        for i in range(1, n + 1):
+            g.add_edge(f"{side}{i}", s, delay_ms=0.0, bw_mbps=1000.0, loss_pct=0.0)
+    g.add_edge("s1", "s2", delay_ms=0.0, bw_mbps=1000.0, loss_pct=0.0)
+    return g
+
+
+@dataclass
+class PartitionedRing:
+    """A running two-sided network with one node on every host."""
+
+    network: object  # topologies.mininet_net.Network
+    workdir: Path
+    stabilize: float = 0.5
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def side_a(self) -> list:
+        return [self.network.host(v) for v in self.network.graph if str(v).startswith("a")]
+
+    @property
+    def side_b(self) -> list:
+        return [self.network.host(v) for v in self.network.graph if str(v).startswith("b")]
+
+    def endpoint(self, host) -> str:  # noqa: ANN001 - a mininet Host
+        return f"{host.IP()}:{PORT}"
+
+    def popen(self, host, *args: str, log: str | None = None, **kw) -> subprocess.Popen:  # noqa: ANN001, ANN003
+        out = open(self.workdir / log, "ab") if log else subprocess.PIPE  # noqa: SIM115 - the child owns it
+        try:
+            p = host.popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, **kw)
+        finally:
+            if log:
+                out.close()
+        self.procs.append(p)
+        return p
+
+    def start_nodes(self, *extra: str) -> None:
+        hosts = self.side_a + self.side_b
+        first = self.endpoint(hosts[0])
+        for i, host in enumerate(hosts):
+            join = ["--join", first] if i else []
+            ready = self.workdir / f"{host.name}.ready"
+            self.popen(host, "-m", "chordpub", "node", "start", "--host", host.IP(), "--port", str(PORT), *join,
+                       "--stabilize", str(self.stabilize), "--ready-file", str(ready), *extra,
+                       log=f"{host.name}.log")
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"node on {host.name} not ready: see {self.workdir / (host.name + '.log')}")
+                time.sleep(0.05)
+
+    def wait_ring(self, host, expected: int, timeout: float = 60.0) -> dict:  # noqa: ANN001
+        """Poll `ring check` from `host` through its own node until one consistent ring of `expected`."""
+        p = host.popen([sys.executable, "-m", "topologies.partition", "wait", self.endpoint(host), "--expect",
+                        str(expected), "--timeout", str(timeout)], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        out, _ = p.communicate(timeout=timeout + 60)
+        return json.loads(out or b"{}")
+
+    def owners(self, host, keys_file: Path) -> list[int | None]:  # noqa: ANN001
+        p = host.popen([sys.executable, "-m", "chordpub", "node", "lookups", self.endpoint(host), "--keys",
+                        str(keys_file), "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                       stdin=subprocess.DEVNULL)
+        out, _ = p.communicate(timeout=120)
+        return [r["owner"] for r in json.loads(out)["results"]]
+
+    def link(self, up: bool) -> None:
+        names = self.network.names
+        self.network.net.configLinkStatus(names["s1"], names["s2"], "up" if up else "down")
+
+
+@contextmanager
+def partitioned_ring(a: int, b: int, workdir: Path, stabilize: float = 0.5) -> Iterator[PartitionedRing]:
+    """Mininet with `two_sides(a, b)` and a node on every host; everything stopped however the block ends."""
+    from chordpub.launcher import stop_processes
+    from topologies.mininet_net import mininet_network
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    with mininet_network(two_sides(a, b), workdir=workdir / "switches") as net:
+        ring = PartitionedRing(net, workdir, stabilize)
+        try:
+            yield ring
+        finally:
+            stop_processes(ring.procs, grace=3)
+
+
+def wait_main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m topologies.partition wait")
+    ap.add_argument("via")
+    ap.add_argument("--expect", type=int, required=True)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    from dht.client import DhtClient
+    from dht.ringcheck import check_ring
+
+    t0 = time.monotonic()
+    report: dict = {}
+    with DhtClient(args.via, timeout=0.3, retries=0) as client:
+        while time.monotonic() - t0 < args.timeout:
+            try:
+                report = check_ring(client, expected=args.expect, step_over=False, split_wait=0.3)
+            except Exception as exc:  # a node that does not answer yet: keep polling
+                report = {"consistent": False, "problems": [str(exc)]}
+            if report.get("consistent"):
+                print(json.dumps({"seconds": round(time.monotonic() - t0, 3), "report": report}))
+                return 0
+            time.sleep(0.05)
+    print(json.dumps({"seconds": None, "report": report}))
+    return 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["wait"]:
+        sys.exit("usage: python -m topologies.partition wait VIA --expect N [--timeout S]")
+    sys.exit(wait_main(sys.argv[2:]))
