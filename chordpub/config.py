@@ -81,9 +81,12 @@ def _tables(doc: dict, group: Group, path: Path, where: list[str]) -> dict[str, 
 def _options(table: dict, command: Command, path: Path, where: list[str]) -> dict[str, Any]:
     names: dict[str, str] = {}  # as typed (without dashes, "_" for "-") -> the parameter's name
     typed: list[str] = []
+    multiple: set[str] = set()  # options given more than once on a command line (`join = "a:1"` is one)
     for p in command.params:
         if getattr(p, "param_type_name", "") != "option" or not p.name:
             continue
+        if getattr(p, "multiple", False):
+            multiple.add(p.name)
         longs = [o for o in p.opts if o.startswith("--")]
         typed.append((longs[0] if longs else p.name)[2:] if longs else p.name)
         for o in [p.name, *(x[2:] for x in longs)]:
@@ -94,7 +97,7 @@ def _options(table: dict, command: Command, path: Path, where: list[str]) -> dic
         if name is None:
             raise ConfigError(f"config file {path}: [{'.'.join(where)}] has no option {key!r} "
                               f"(options: {', '.join(sorted(typed))})")
-        out[name] = value
+        out[name] = [value] if name in multiple and isinstance(value, str) else value
     return out
 
 

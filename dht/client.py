@@ -207,7 +207,7 @@ class DhtClient:
         remembered = body.get("remembered")
         out["remembered"] = [m for m in remembered if isinstance(m, dict) and isinstance(m.get("endpoint"), str)
                              ] if isinstance(remembered, list) else []
-        for k in ("probes", "merges"):
+        for k in ("probes", "merges", "probe_bytes"):
             out[k] = body.get(k) if isinstance(body.get(k), int) else 0
         out["pns"] = body.get("pns", 0)
         rtts = body.get("finger_rtt_ms")

@@ -232,6 +232,7 @@ class ChordNode:
                 "neighbours_left": list(self.neighbours_left),
                 "remembered": self.members.rows(time.time()),
                 "probes": self.prober.probes,
+                "probe_bytes": self.prober.rpc.bytes_sent,
                 "merges": self.prober.merges,
                 **({"topics": sorted(owned)[:topics]} if topics else {}),
             }

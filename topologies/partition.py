@@ -10,6 +10,10 @@ long the sides take to become one ring again, polling `ring check` from inside a
 
 prints {"seconds": float|null, "report": ring check's report} and exits 0 once the ring through VIA is
 one consistent ring of N nodes (a split counts as inconsistent: dht/ringcheck.py), 1 on timeout.
+    python -m topologies.partition stats VIA
+
+prints the ring's totals of what the prober and the maintenance thread sent: {"nodes", "probes",
+"probe_bytes", "requests_bytes"} (benchmarks/partition.py turns two of them into a rate).
 Used by tests/mininet/test_partition.py and benchmarks/partition.py.
 """
 
@@ -106,6 +110,12 @@ class PartitionedRing:
         out, _ = p.communicate(timeout=120)
         return [r["owner"] for r in json.loads(out)["results"]]
 
+    def stats(self, host) -> dict:  # noqa: ANN001
+        p = host.popen([sys.executable, "-m", "topologies.partition", "stats", self.endpoint(host)],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        out, _ = p.communicate(timeout=120)
+        return json.loads(out)
+
     def link(self, up: bool) -> None:
         names = self.network.names
         self.network.net.configLinkStatus(names["s1"], names["s2"], "up" if up else "down")
@@ -151,7 +161,24 @@ def wait_main(argv: list[str] | None = None) -> int:
     return 1
 
 
+def stats_main(via: str) -> int:
+    from dht.client import DhtClient
+    from dht.ringcheck import walk
+
+    with DhtClient(via, timeout=1.0) as client:
+        infos, _ = walk(client, via)
+    totals = {"nodes": len(infos), "probes": 0, "probe_bytes": 0, "requests_bytes": 0}
+    for info in infos:
+        totals["probes"] += info.get("probes") or 0
+        totals["probe_bytes"] += info.get("probe_bytes") or 0
+        totals["requests_bytes"] += (info.get("traffic") or {}).get("requests_bytes") or 0
+    print(json.dumps(totals))
+    return 0
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["wait"]:
-        sys.exit("usage: python -m topologies.partition wait VIA --expect N [--timeout S]")
-    sys.exit(wait_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["wait"]:
+        sys.exit(wait_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["stats"] and len(sys.argv) == 3:
+        sys.exit(stats_main(sys.argv[2]))
+    sys.exit("usage: python -m topologies.partition wait VIA --expect N [--timeout S] | stats VIA")

@@ -25,6 +25,16 @@ def test_config_show_has_the_flag_win_over_the_file(tmp_path):
     assert {o["option"]: o["value"] for o in nested["options"]}["--port"] == 6001
 
 
+def test_seeds_in_the_file_as_one_endpoint_or_a_list(tmp_path):
+    for text, seeds in (('"10.0.0.1:5555"', ["10.0.0.1:5555"]),
+                        ('["10.0.0.1:5555", "10.0.0.2:5555"]', ["10.0.0.1:5555", "10.0.0.2:5555"])):
+        cfg = tmp_path / "seeds.toml"
+        cfg.write_text(f"[node.start]\njoin = {text}\n")
+        proc = run_cli("--config", str(cfg), "config", "show", "--json", "node", "start")
+        assert proc.returncode == 0, proc.stderr
+        assert {o["option"]: o["value"] for o in json.loads(proc.stdout)["options"]}["--join"] == seeds
+
+
 def test_the_file_supplies_a_real_commands_options(tmp_path):
     """`sim lookups` with its required sizes from ./chordpub.toml, and one overridden on the command line."""
     (tmp_path / "chordpub.toml").write_text("[sim.lookups]\nnodes = 64\nlookups = 200\njson = true\n")
