@@ -115,7 +115,7 @@ def test_ring_check_steps_over_a_dead_node_while_the_ring_heals(ring_factory):
     names the dead one instead of reporting a short ring."""
     ring = ring_factory(stabilize=1.5)
     ring.start(5)
-    ring.wait_consistent(60)
+    ring.wait_consistent(60, fingers=True)  # full successor lists: the walk steps over through them
     victim = ring.nodes[2]
     ring.kill(victim)
     proc = run_cli("ring", "check", ring.nodes[0].endpoint, "--json")
