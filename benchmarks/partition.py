@@ -48,7 +48,7 @@ def measure(n: int, stabilize: float, cut: float, window: float, workdir: Path) 
                 raise RuntimeError(f"a side of {size} did not settle into its own ring")
         time.sleep(max(0.0, cut - (time.monotonic() - cut_at)))  # the cut's length, not a synchronization
         ring.link(up=True)
-        healed = ring.wait_ring(b, n, timeout=120)["seconds"]
+        healed = ring.wait_ring(b, n, timeout=120, since=time.time())["seconds"]  # from the heal itself
     return {"n": n, "merge_s": healed, "merge_periods": None if healed is None else healed / stabilize,
             "probes_per_node_s": probe_rate, "probe_bytes_per_node_s": probe_bytes,
             "maintenance_bytes_per_node_s": base_bytes}

@@ -203,6 +203,7 @@ class Maintainer:
                 if self.routing.alone:
                     return
                 succ = self.routing.successor
+            self.fresh_if_down(succ.endpoint)
             links = self.rpc.call(succ.endpoint, "get_links")
             if not links.ok:
                 if unreachable(links):
@@ -226,6 +227,14 @@ class Maintainer:
                 self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
             return
 
+    def fresh_if_down(self, endpoint: str) -> None:
+        """A peer that did not answer lately gets a new connection before it is asked again: one
+        begun while a partition cut it off may still be waiting on a lost SYN (up to the connect
+        timeout) when the link heals and another node names the peer alive again."""
+        self.round_trips.now = self.node.rounds
+        if self.round_trips.down(endpoint):
+            self.rpc.reset(endpoint)
+
     def check_predecessor(self) -> None:
         """check_predecessor() (ToN'03 Fig. 6), forgetting it after two missed pings in a row: the
         predecessor decides what this node owns, and one slow answer from a busy neighbour is not a
@@ -234,6 +243,7 @@ class Maintainer:
             pred = self.routing.predecessor
         if pred is None:
             return
+        self.fresh_if_down(pred.endpoint)
         if not unreachable(self.rpc.call(pred.endpoint, "ping")):
             self._pred_missed = 0
             return

@@ -6,12 +6,15 @@ an archive for a subscriber whose publisher is gone. Runs on the registrar's thr
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from dht.client import DhtClient, DhtError
 from dht.transport import Reply
-from pubsub.archive import ArchiveFeed, unpack
+from pubsub.archive import ARCHIVE_ACK, ArchiveFeed, unpack
+from pubsub.directory import PUB
+from pubsub.publication import Publication
 from pubsub.registration import Registration
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,24 @@ class Archives:
                 if not feed.behind:
                     break
 
+    def hand_over(self, publications: Iterable[Publication], lock: threading.Lock) -> list[str]:
+        """At close: each publication (not archived already) whose known durable subscribers lack some
+        of its messages gets an archive of what it retained after the lowest of their positions, and
+        a marker saying what they were owed (pubsub/archive.py). The topics handed over."""
+        topics = []
+        for pub in publications:
+            key = (pub.topic, PUB + pub.publisher)
+            if key in self.feeds or key not in self.regs:
+                continue
+            with lock:
+                lacking = [p for s, p in pub.history.acked.items() if s != ARCHIVE_ACK and p < pub.last_seq]
+            if lacking:
+                self.feeds[key] = ArchiveFeed(pub, lock, after=min(lacking))
+                topics.append(pub.topic)
+        if topics:
+            log.info("handing to the ring what durable subscribers still lack of: %s", ", ".join(topics))
+        return topics
+
     def settle(self, timeout: float) -> bool:
         """At close: send what the owners lack and wait (at most `timeout`) until their successors
         hold it too, so that the archive outlives an owner that dies right after we are gone. True
@@ -60,8 +81,9 @@ class Archives:
             if not any(f.unsafe for f in self.feeds.values()):
                 return True
             if time.monotonic() >= deadline:
-                left = {f.pub.topic: f.pub.last_seq - f.archived for f in self.feeds.values() if f.unsafe}
-                log.warning("archives not yet replicated by their owners when closing: %s", left)
+                left = {f.pub.topic: f"{f.archived + 1}..{f.pub.last_seq}" for f in self.feeds.values() if f.unsafe}
+                log.warning("closing with archives the ring does not hold yet (topic: seqs): %s; a durable "
+                            "subscriber that lacks them will not get them from here", left)
                 return False
             time.sleep(SETTLE_POLL)
 
@@ -75,6 +97,7 @@ class Archives:
             return
         body: dict = {"first": archived.first, "last": archived.last, "messages": []}
         if op == "range":
+            body["first"] = archived.held_from(lo)  # an owed number below it is in no segment
             names = archived.covering(lo, hi)[:3]
             try:
                 reply = self.dht.records_at(reg.owner, [{"k": topic, "read": n} for n in names]) if names else None

@@ -270,13 +270,15 @@ class Client:
         wait = self.timeout if timeout is None else timeout
         ready: Future = Future()
 
+        owed = positions.knows if positions else None
+
         def placed(reg: Registration) -> None:
-            publishers = reg.all_publishers()
+            publishers = reg.all_publishers(owed)
             self.io.call(lambda: self.io.attach(state, handle, publishers, reg.relay, ready, wait))
 
         reg = Registration(topic, subscriber_field(mode, self.id), subscriber_value(mode), watch=True,
                            relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
-                           on_publishers=lambda r: self._publishers_changed(topic, r),
+                           on_publishers=lambda r: self._publishers_changed(topic, r, owed),
                            on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)),
                            archive_read=history > 0 or reliable, mode=mode)
         self.registrar.call(lambda: self.registrar.register(reg))
@@ -288,8 +290,8 @@ class Client:
             self.unsubscribe(topic)
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
 
-    def _publishers_changed(self, topic: str, reg: Registration) -> None:
-        publishers = reg.all_publishers()
+    def _publishers_changed(self, topic: str, reg: Registration, owed: Callable[[str], bool] | None) -> None:
+        publishers = reg.all_publishers(owed)
         self.io.call(lambda: self.io.set_publishers(topic, publishers))
 
     def unsubscribe(self, topic: str) -> None:
@@ -348,7 +350,9 @@ class Client:
         done = threading.Event()
 
         def unregister_all() -> None:
-            self.registrar.archives.settle(self.timeout / 2)  # archived topics: what the owner lacks, first
+            # what known durable subscribers still lack goes to the ring; archived topics' new messages too
+            self.registrar.archives.hand_over(list(self.publishing.publications.values()), self.publishing.lock)
+            self.registrar.archives.settle(self.timeout / 2)
             self.registrar.unregister_all()
             done.set()
 

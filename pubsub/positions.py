@@ -41,6 +41,11 @@ class Positions:
         """(committed, handed) for a publisher's stream: delivery resumes after the committed one."""
         return self.committed.get(publisher, 0), self.handed.get(publisher, 0)
 
+    def knows(self, publisher: str) -> bool:
+        """Whether this subscription has a position with `publisher` (it was owed its messages)."""
+        with self._lock:
+            return publisher in self.committed or publisher in self.handed
+
     def hand(self, messages: list[Message]) -> None:
         """Messages are about to reach the application (the io loop)."""
         moved = {p: s for p, s in highest(messages).items() if s > self.handed.get(p, 0)}

@@ -41,12 +41,19 @@ class Registration:
     archived: dict[str, ArchivedPublisher] = field(default_factory=dict)  # from the archive's segment names
     mode: str = "direct"
 
-    def all_publishers(self) -> list[PublisherEntry]:
+    def all_publishers(self, owed: Callable[[str], bool] | None = None) -> list[PublisherEntry]:
         """The registered publishers, and the archived ones no longer registered (served from the
-        archive: no endpoint, their history what the archive holds)."""
+        archive: no endpoint, their history what the archive holds). A hand-over (what a closing
+        publisher left for its durable subscribers) only for a durable subscription that `owed` says
+        has a position with that publisher: nobody else was owed anything by it."""
         out = list(self.publishers.values())
-        out += [PublisherEntry(a.id, "", "", None, a.last - a.first + 1, self.mode, archive=True)
-                for a in self.archived.values() if a.id not in self.publishers and a.segments]
+        for a in self.archived.values():
+            if a.id in self.publishers or not (a.segments or a.left):
+                continue
+            if a.left is not None and (owed is None or not owed(a.id)):
+                continue
+            held = sum(last - first + 1 for first, last, _ in a.segments)
+            out.append(PublisherEntry(a.id, "", "", None, held, self.mode, archive=True))
         return out
 
     @property

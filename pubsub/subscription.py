@@ -216,10 +216,13 @@ class TopicState:
         self._accept(st, env, False, recv_ns)
 
     def on_start(self, st: Stream, body: dict, recv_ns: int) -> None:
-        """Best effort, joining a running publisher: its newest seq now is the last we are not owed.
-        (Asked before anything live is delivered: a message lost while our connection to it was
-        being made is counted lost, the slow-joiner loss.)"""
-        st.window.owe_from(_uint(body.get("last")) + 1)
+        """Best effort, joining a running publisher: its newest seq now is the last we are not owed,
+        unless its live stream reached us first (what was held is delivered, not taken for a
+        duplicate). Asked before anything live is delivered: a message lost while our connection to
+        it was being made is counted lost, the slow-joiner loss."""
+        first_live = min((env.seq for env, _ in st.held), default=None)
+        owed = _uint(body.get("last")) + 1
+        st.window.owe_from(owed if first_live is None else min(owed, first_live))
         self.fetch_done(st, recv_ns)
 
     def on_head(self, st: Stream, body: dict, recv_ns: int) -> None:
@@ -252,7 +255,9 @@ class TopicState:
                     st.buffer[env.seq] = (env, True)
             if first > st.expected:
                 gap_to = first - 1 if hi is None else min(first - 1, hi)
-                self._dead_letter(st, st.expected, gap_to, "no longer retained by the publisher", recv_ns)
+                why = ("no longer retained by the publisher" if st.entry.repair else
+                       "the publisher is gone and its archive does not hold them (beyond its retention bounds)")
+                self._dead_letter(st, st.expected, gap_to, why, recv_ns)
             self._drain(st, recv_ns)
         else:
             for env in got:

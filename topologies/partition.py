@@ -6,10 +6,14 @@ through the CLI (each joining through the first, as docs/deploy.md does), cuts a
 (Mininet's configLinkStatus: both ends set down, frames dropped, as a failed cable would) and times how
 long the sides take to become one ring again, polling `ring check` from inside a host:
 
-    python -m topologies.partition wait VIA --expect N [--timeout S]
+    python -m topologies.partition wait VIA --expect N [--timeout S] [--since T] [--keys FILE]
 
 prints {"seconds": float|null, "report": ring check's report} and exits 0 once the ring through VIA is
 one consistent ring of N nodes (a split counts as inconsistent: dht/ringcheck.py), 1 on timeout.
+`--since` (a wall-clock time.time(), as when the link came back) counts the seconds from then rather
+than from the command's own start; with `--keys`, the wait goes on until lookups through VIA also give
+every key its true owner in that ring ("owners_seconds": a node whose links were down moments ago may
+still step over a neighbour it cannot reach yet, after the walk was already consistent).
     python -m topologies.partition stats VIA
 
 prints the ring's totals of what the prober and the maintenance thread sent: {"nodes", "probes",
@@ -95,10 +99,13 @@ class PartitionedRing:
                     raise TimeoutError(f"node on {host.name} not ready: see {self.workdir / (host.name + '.log')}")
                 time.sleep(0.05)
 
-    def wait_ring(self, host, expected: int, timeout: float = 60.0) -> dict:  # noqa: ANN001
-        """Poll `ring check` from `host` through its own node until one consistent ring of `expected`."""
+    def wait_ring(self, host, expected: int, timeout: float = 60.0, since: float | None = None,  # noqa: ANN001
+                  keys: Path | None = None) -> dict:
+        """Poll `ring check` from `host` through its own node until one consistent ring of `expected`
+        (and, with `keys`, until lookups from there give each key its true owner)."""
+        extra = ([] if since is None else ["--since", repr(since)]) + ([] if keys is None else ["--keys", str(keys)])
         p = host.popen([sys.executable, "-m", "topologies.partition", "wait", self.endpoint(host), "--expect",
-                        str(expected), "--timeout", str(timeout)], stdout=subprocess.PIPE,
+                        str(expected), "--timeout", str(timeout), *extra], stdout=subprocess.PIPE,
                        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         out, _ = p.communicate(timeout=timeout + 60)
         return json.loads(out or b"{}")
@@ -141,24 +148,50 @@ def wait_main(argv: list[str] | None = None) -> int:
     ap.add_argument("via")
     ap.add_argument("--expect", type=int, required=True)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--since", type=float, default=None)
+    ap.add_argument("--keys", type=Path, default=None)
     args = ap.parse_args(argv)
     from dht.client import DhtClient
     from dht.ringcheck import check_ring
 
+    keys = args.keys.read_text().split() if args.keys else []
     t0 = time.monotonic()
-    report: dict = {}
+    offset = 0.0 if args.since is None else time.time() - args.since  # seconds already gone at t0
+    out: dict = {"seconds": None, "report": {}}
     with DhtClient(args.via, timeout=0.3, retries=0) as client:
         while time.monotonic() - t0 < args.timeout:
             try:
                 report = check_ring(client, expected=args.expect, step_over=False, split_wait=0.3)
             except Exception as exc:  # a node that does not answer yet: keep polling
                 report = {"consistent": False, "problems": [str(exc)]}
+            out["report"] = report
             if report.get("consistent"):
-                print(json.dumps({"seconds": round(time.monotonic() - t0, 3), "report": report}))
-                return 0
+                if out["seconds"] is None:
+                    out["seconds"] = round(time.monotonic() - t0 + offset, 3)
+                wrong = wrong_owners(client, keys, [m["id"] for m in report["members"]])
+                if not wrong:
+                    if keys:
+                        out["owners_seconds"] = round(time.monotonic() - t0 + offset, 3)
+                    print(json.dumps(out))
+                    return 0
+                out["wrong_owners"] = wrong
             time.sleep(0.05)
-    print(json.dumps({"seconds": None, "report": report}))
+    out["seconds"] = None
+    print(json.dumps(out))
     return 1
+
+
+def wrong_owners(client, keys: list[str], ids: list[int]) -> list[str]:  # noqa: ANN001 - a DhtClient
+    """The keys whose lookup does not end at their owner among `ids` (the ring the check walked)."""
+    from dht.ids import key_id, owner_of
+
+    ring = sorted(ids)
+    wrong = []
+    for key in keys:
+        found = client.lookup(key)
+        if not found.ok or found.owner is None or found.owner.id != owner_of(ring, key_id(key, client.bits)):
+            wrong.append(key)
+    return wrong
 
 
 def stats_main(via: str) -> int:
@@ -181,4 +214,5 @@ if __name__ == "__main__":
         sys.exit(wait_main(sys.argv[2:]))
     if sys.argv[1:2] == ["stats"] and len(sys.argv) == 3:
         sys.exit(stats_main(sys.argv[2]))
-    sys.exit("usage: python -m topologies.partition wait VIA --expect N [--timeout S] | stats VIA")
+    sys.exit("usage: python -m topologies.partition wait VIA --expect N [--timeout S] [--since T] [--keys FILE]"
+             " | stats VIA")

@@ -19,7 +19,7 @@ def feed_of(n: int) -> tuple[Publication, ArchiveFeed]:
 
 
 def sent_seqs(items: list[dict]) -> list[tuple[int, int]]:
-    return [parse_name(i["f"])[1:] for i in items if i.get("op") == "set"]  # type: ignore[index]
+    return [parse_name(i["f"])[1:] for i in items if i.get("op") == "set" and parse_name(i["f"])]  # type: ignore[index]
 
 
 def test_segment_names_sort_by_seq_and_say_what_they_hold():
@@ -76,3 +76,47 @@ def test_an_owner_counts_its_writes_and_says_how_many_are_replicated(node):
     finally:
         maintainer.rpc.close()
     assert records([{"k": "t"}])["replicated"] == out["written"]
+
+
+def test_a_hand_over_sends_what_follows_the_lowest_ack_with_a_marker_of_what_was_owed():
+    from pubsub.archive import left_name, parse_left
+    from pubsub.history import RetentionBounds
+
+    pub = Publication("t", "p", history_size=0, bounds=RetentionBounds(messages=60))
+    pub.history.ack("s/d", 5)  # a durable subscriber that took 5, then left
+    for i in range(105):
+        pub.stamp(f"m{i + 1}".encode(), i)
+    assert pub.history.first_seq == 46  # retain-messages let 6..45 go
+    feed = ArchiveFeed(pub, threading.Lock(), after=5)
+    feed.sending_to("owner")
+    items = feed.items()
+    assert sent_seqs(items) == [(46, 105)]
+    assert [i["f"] for i in items if i["val"] == b""] == [left_name("p", 6, 105)]
+    assert parse_left(left_name("p", 6, 105)) == ("p", 6, 105) and parse_name(left_name("p", 6, 105)) is None
+    feed.confirmed(written=2, replicated=2)
+    assert not feed.unsafe and feed.items() == []
+    feed.sending_to("another owner")  # the marker goes again with what is not yet safe
+    assert [i["f"] for i in feed.items()] == [left_name("p", 6, 105)]
+
+
+def test_what_the_archive_names_say_of_a_hand_over():
+    from pubsub.archive import left_name
+
+    got = archived_publishers([segment_name("p", 46, 80), left_name("p", 6, 105)])["p"]
+    assert (got.first, got.last, got.left) == (46, 105, (6, 105))
+    assert got.held_from(6) == 46 and got.held_from(50) == 50 and got.held_from(81) == 106
+    alone = archived_publishers([left_name("q", 3, 9)])["q"]
+    assert (alone.segments, alone.first, alone.last, alone.held_from(3)) == ([], 10, 9, 10)
+
+
+def test_a_hand_over_is_a_stream_only_for_a_subscription_that_has_a_position_with_its_publisher():
+    from pubsub.archive import left_name
+    from pubsub.registration import Registration
+
+    reg = Registration("t", "sub/direct/s", b"", watch=True)
+    reg.archived = archived_publishers([segment_name("p", 46, 105), left_name("p", 6, 105),
+                                        segment_name("kept", 1, 10)])
+    assert [e.id for e in reg.all_publishers()] == ["kept"]  # an archive=True topic is for everyone
+    assert [e.id for e in reg.all_publishers(owed=lambda pid: pid == "other")] == ["kept"]
+    both = reg.all_publishers(owed=lambda pid: pid == "p")
+    assert sorted(e.id for e in both) == ["kept", "p"] and all(e.endpoint == "" for e in both)

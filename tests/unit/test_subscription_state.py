@@ -238,3 +238,21 @@ def test_a_late_best_effort_joiner_is_owed_from_the_publishers_next_seq():
     assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(11, 11), (13, 11)]
     assert ts.lost == 1
     assert ts.summary()["expected"] == 3
+
+
+def test_a_late_joiners_live_message_that_beat_the_start_reply_is_delivered_not_a_duplicate():
+    """The connection was made before the publisher answered "last": seq 9 and 10 were held, then the
+    publisher said its newest is 10. They arrived once each: delivered, owed from 9, no duplicate."""
+    pub = Publication("t", A.id, history_size=0)
+    for i in range(10):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me")
+    new, _ = ts.reconcile([A])
+    ts.starts.clear()
+    ts.on_message(env(9), 5)
+    ts.on_message(env(10), 5)
+    ts.on_start(new[0], pub.serve("last", count=0), 6)
+    ts.on_message(env(11), 7)
+    assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(9, 9), (10, 9), (11, 9)]
+    summary = ts.summary()
+    assert summary["duplicates"] == 0 and summary["expected"] == 3 and ts.lost == 0
