@@ -473,6 +473,7 @@ class Maintainer:
             gone = node.records.expired(now, self.routing.owns_strictly)
             for composite in gone:
                 key, name = split_field_key(composite)
+                log.info("%s: the lease of %s on %r ran out", self.me.endpoint, name, key)
                 prev = node.records.epoch(key, namespace(name))
                 version = node.write_field(composite, None)
                 node.changes.put(Change(key, name, None, node.records.epoch(key, namespace(name)) or version, prev))

@@ -10,8 +10,11 @@ rewritten whole).
 What makes an owner cheap:
 - a renewal that changes nothing touches one number in `RecordTable.leases`: no Store write, no
   replication, no notification. Leases are not replicated at all: a node that comes to own a record
-  (its owner died or left, or it restarted from disk) gives every field a fresh lease, so a dead
-  client's field outlives its client by at most one more lease;
+  (its owner died or left, or it restarted from disk) gives every field a fresh lease of
+  TAKEOVER_LEASES times its length: the grace period of a new master (Chubby, OSDI'06 §2.8), long
+  enough for a client to notice that its renewals go unanswered, look the record up again through
+  a ring that is still healing and renew at the new owner. So a dead client's field outlives its
+  client by at most that grace;
 - a field's *namespace* is its name up to and including the first "/" ("pub/", "sub/"). Each
   (record, namespace) has an epoch, the newest version written in it (deletions included), so a
   client compares one number per renewal to know whether its view is stale;
@@ -35,6 +38,7 @@ from dht.ids import key_id
 from dht.store import SEP, field_key, split_field_key
 
 MAX_TTL = 86_400.0
+TAKEOVER_LEASES = 3  # a field a node has just come to own is kept this many of its leases, at first
 OPS = ("set", "renew", "del")
 NOT_OWNER = "not the owner"
 MISSING = "missing"  # renew of a field the owner does not hold: the client sends it whole again
@@ -202,8 +206,8 @@ class RecordTable:
 
     def expired(self, now: float, owns) -> list[str]:  # noqa: ANN001 - owns(key_id) -> bool
         """Composite keys of owned fields whose lease has passed. A field owned but never leased here
-        (this node has just come to own it) gets a fresh lease instead. Leases of fields this node no
-        longer owns are forgotten."""
+        (this node has just come to own it) gets a fresh lease instead, TAKEOVER_LEASES long. Leases
+        of fields this node no longer owns are forgotten."""
         gone: list[str] = []
         owned_keys: dict[str, bool] = {}
         for key, fields in self.fields.items():
@@ -216,7 +220,7 @@ class RecordTable:
                 composite = field_key(key, name)
                 expires = self.leases.get(composite)
                 if expires is None:
-                    self.leases[composite] = now + fv.ttl
+                    self.leases[composite] = now + TAKEOVER_LEASES * fv.ttl
                 elif expires <= now:
                     gone.append(composite)
         for composite in [c for c in self.leases if not owned_keys.get(split_field_key(c)[0], False)]:

@@ -61,6 +61,7 @@ class PartitionedRing:
     workdir: Path
     stabilize: float = 0.5
     procs: list[subprocess.Popen] = field(default_factory=list)
+    nodes: dict[tuple[str, int], subprocess.Popen] = field(default_factory=dict)  # (host name, port) -> node
 
     @property
     def side_a(self) -> list:
@@ -70,8 +71,8 @@ class PartitionedRing:
     def side_b(self) -> list:
         return [self.network.host(v) for v in self.network.graph if str(v).startswith("b")]
 
-    def endpoint(self, host) -> str:  # noqa: ANN001 - a mininet Host
-        return f"{host.IP()}:{PORT}"
+    def endpoint(self, host, port: int = PORT) -> str:  # noqa: ANN001 - a mininet Host
+        return f"{host.IP()}:{port}"
 
     def popen(self, host, *args: str, log: str | None = None, **kw) -> subprocess.Popen:  # noqa: ANN001, ANN003
         out = open(self.workdir / log, "ab") if log else subprocess.PIPE  # noqa: SIM115 - the child owns it
@@ -88,16 +89,28 @@ class PartitionedRing:
         hosts = self.side_a + self.side_b
         first = self.endpoint(hosts[0])
         for i, host in enumerate(hosts):
-            join = ["--join", first] if i else []
-            ready = self.workdir / f"{host.name}.ready"
-            self.popen(host, "-m", "chordpub", "node", "start", "--host", host.IP(), "--port", str(PORT), *join,
-                       "--stabilize", str(self.stabilize), "--ready-file", str(ready), *extra,
-                       log=f"{host.name}.log")
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"node on {host.name} not ready: see {self.workdir / (host.name + '.log')}")
-                time.sleep(0.05)
+            self.start_node(host, PORT, first if i else None, *extra)
+
+    def start_node(self, host, port: int, join: str | None, *extra: str) -> None:  # noqa: ANN001
+        """A node on `host` listening on `port`, joining through `join` (None: the first node); returns
+        once it serves."""
+        name = f"{host.name}-{port}"
+        ready = self.workdir / f"{name}.ready"
+        self.nodes[(host.name, port)] = self.popen(
+            host, "-m", "chordpub", "node", "start", "--host", host.IP(), "--port", str(port),
+            *(["--join", join] if join else []), "--stabilize", str(self.stabilize), "--ready-file", str(ready),
+            *extra, log=f"{name}.log")
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node on {host.name} not ready: see {self.workdir / (name + '.log')}")
+            time.sleep(0.05)
+
+    def kill_node(self, host, port: int = PORT) -> None:  # noqa: ANN001
+        """SIGKILL the node on `host` at `port`, as a crash would."""
+        proc = self.nodes.pop((host.name, port))
+        proc.kill()
+        proc.wait(timeout=10)
 
     def wait_ring(self, host, expected: int, timeout: float = 60.0, since: float | None = None,  # noqa: ANN001
                   keys: Path | None = None) -> dict:

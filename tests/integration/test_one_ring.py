@@ -86,17 +86,23 @@ def test_two_rings_of_any_sizes_become_one_with_both_sides_registrations(ring_fa
             c.close()
 
 
+def restart_on_its_port(ring: LocalRing, node, workdir: Path, name: str, options: dict):  # noqa: ANN001, ANN201
+    """SIGKILL `node`, wait for the others to heal around it, start a node on its address again with
+    `options` (no --join) and return that process; the caller stops it or adds it to the ring."""
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    ring.kill(node)
+    ring.nodes.remove(node)
+    ring.wait_consistent(30)
+    return spawn_node(workdir, name, port=port, options={"stabilize": PERIOD, **options})
+
+
 def test_ring_check_fails_on_two_rings_and_names_the_other_rings_member(ring_factory):
     ring = ring_factory(probe_every=0)  # no probes: the split stays for the check to see
     ring.start(3)
     ring.wait_consistent(30)
     gone = ring.nodes[2]
-    port = int(gone.endpoint.rsplit(":", 1)[1])
-    ring.kill(gone)
-    ring.nodes.remove(gone)
-    ring.wait_consistent(30)
     # the same node started again on its address, without --join: a ring of its own beside one it knew
-    alone = spawn_node(ring.workdir, "alone", port=port, options={"stabilize": PERIOD, "probe_every": 0})
+    alone = restart_on_its_port(ring, gone, ring.workdir, "alone", {"probe_every": 0})
     try:
         await_ready(alone, ring.workdir, "alone")
         proc = run_cli("ring", "check", ring.nodes[0].endpoint, "--json")
@@ -130,13 +136,8 @@ def test_seeds_started_and_restarted_in_any_order_make_one_ring(tmp_path: Path):
         ring, procs = seeded_ring(work, ports, rng.sample(range(5), 5))
         try:
             ring.wait_consistent(30)
-            first = ring.nodes[0]
-            ring.kill(first)
-            ring.nodes.remove(first)
-            ring.wait_consistent(30)
             # the first seed, restarted as docs/deploy.md starts a first node: its data directory, no --join
-            back = spawn_node(work, "n0-again", port=ports[0], options={"stabilize": PERIOD,
-                                                                         "data_dir": work / "n0-data"})
+            back = restart_on_its_port(ring, ring.nodes[0], work, "n0-again", {"data_dir": work / "n0-data"})
             procs.append(back)
             ring.nodes.insert(0, await_ready(back, work, "n0-again"))
             report, took = ring.wait_consistent(30)
@@ -164,12 +165,7 @@ def test_a_restarted_seed_without_join_or_data_rejoins_through_the_ring_that_rem
     ring = ring_factory()
     ring.start(4)
     ring.wait_consistent(30)
-    seed = ring.nodes[0]
-    port = int(seed.endpoint.rsplit(":", 1)[1])
-    ring.kill(seed)
-    ring.nodes.remove(seed)
-    ring.wait_consistent(30)
-    back = spawn_node(ring.workdir, "seed-again", port=port, options={"stabilize": PERIOD})
+    back = restart_on_its_port(ring, ring.nodes[0], ring.workdir, "seed-again", {})
     ring.nodes.insert(0, await_ready(back, ring.workdir, "seed-again"))
     report, took = ring.wait_consistent(30)
     assert report["nodes"] == 4

@@ -74,3 +74,30 @@ def test_an_uneven_partition_heals_into_one_ring(clean_host, tmp_path, a, b):
         assert healed["seconds"] / STABILIZE <= 10
         # from the other side, the same 100 true owners
         assert ring.wait_ring(ring.side_a[0], a + b, timeout=30, keys=keys)["seconds"] is not None
+
+
+def test_a_partition_during_churn_heals_into_one_ring(clean_host, tmp_path):
+    """While the link is cut, each side loses a node (SIGKILL) and gains one it never met on the other
+    side; right after the heal another node dies. One ring of the 8 live nodes, owners right from both."""
+    with partitioned_ring(4, 4, tmp_path, STABILIZE) as ring:
+        ring.start_nodes()
+        a, b = ring.side_a, ring.side_b
+        assert ring.wait_ring(a[0], 8)["seconds"] is not None
+        keys = tmp_path / "keys.txt"
+        keys.write_text("\n".join(f"key-{i}" for i in range(100)) + "\n")
+        ring.link(up=False)
+        ring.kill_node(a[1])
+        ring.start_node(a[2], 5556, ring.endpoint(a[0]))
+        ring.kill_node(b[1])
+        ring.start_node(b[2], 5556, ring.endpoint(b[0]))
+        assert ring.wait_ring(a[0], 4, timeout=30)["seconds"] is not None
+        assert ring.wait_ring(b[0], 4, timeout=30)["seconds"] is not None
+        ring.link(up=True)
+        healed_at = time.time()
+        ring.kill_node(a[3])
+        healed = ring.wait_ring(b[0], 7, timeout=60, since=healed_at, keys=keys)
+        assert healed["seconds"] is not None, healed
+        print(f"during churn: one ring of 7 {healed['seconds']:.2f}s ({healed['seconds'] / STABILIZE:.1f} periods) "
+              f"after the heal, owners right after {healed['owners_seconds']:.2f}s")
+        assert healed["seconds"] / STABILIZE <= 10
+        assert ring.wait_ring(a[0], 7, timeout=30, keys=keys)["seconds"] is not None

@@ -61,7 +61,7 @@ def test_an_owner_adopts_fields_it_never_leased_and_expires_the_rest():
         store.write(field_key("t", name), FieldValue(b"x", 3.0).encode(), version, 0.0, record=True)
     table.leases[field_key("t", "pub/a")] = 5.0  # a, leased here; b came by replication
     assert table.expired(now=4.0, owns=lambda _k: True) == []
-    assert table.leases[field_key("t", "pub/b")] == 7.0  # adopted with a fresh lease
+    assert table.leases[field_key("t", "pub/b")] == 4.0 + 3 * 3.0  # adopted with a takeover's grace: 3 leases
     assert table.expired(now=6.0, owns=lambda _k: True) == [field_key("t", "pub/a")]
     table.expired(now=6.0, owns=lambda _k: False)  # no longer ours: its leases are forgotten
     assert not table.leases
