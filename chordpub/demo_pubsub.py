@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chordpub.launcher import stop_processes, wait_for
+from chordpub.launcher import interrupts_deferred, stop_processes, wait_for
 from dht.client import DhtClient
 from dht.transport import SocketSetup
 from pubsub.directory import topic_info
@@ -46,21 +46,24 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
     keys = ["--curve", str(curve)] if curve else []
     try:
         for i, (name, topic) in enumerate(SUBSCRIBERS.items()):
-            procs.append(_spawn(logdir, f"{mode}-{name}", [
-                "sub", "--via", endpoints[i % len(endpoints)], "--topic", topic, "--mode", mode,
-                "--count", str(expected[topic]), "--seconds", str(seconds + 30), "--heartbeat", "0.5",
-                "--run", run, "--json", "--trace", str(run_dir / "deliveries" / f"{mode}-{name}.jsonl"),
-                *keys]))
+            with interrupts_deferred():
+                procs.append(_spawn(logdir, f"{mode}-{name}", [
+                    "sub", "--via", endpoints[i % len(endpoints)], "--topic", topic, "--mode", mode,
+                    "--count", str(expected[topic]), "--seconds", str(seconds + 30), "--heartbeat", "0.5",
+                    "--run", run, "--json", "--trace", str(run_dir / "deliveries" / f"{mode}-{name}.jsonl"),
+                    *keys]))
         with DhtClient(endpoints[0], setup=setup) as client:
             wanted = {t: list(SUBSCRIBERS.values()).count(t) for t in set(SUBSCRIBERS.values())}
             wait_for(lambda: all(topic_info(client, t)["subscribers"] >= n for t, n in wanted.items()),
                      timeout=30, what=f"{mode} subscribers registered")
-        pubs = [_spawn(logdir, f"{mode}-{name}", [
-            "pub", "--via", endpoints[-1 - i % len(endpoints)], "--topic", topic, "--mode", mode,
-            "--count", str(count), "--rate", str(RATE), "--linger", "1", "--heartbeat", "0.5",
-            "--trace", str(run_dir / "sent" / f"{mode}-{name}.jsonl"), *keys]) for i, (name, topic) in enumerate(
-            PUBLISHERS.items())]
-        procs += pubs
+        pubs: list[subprocess.Popen] = []
+        for i, (name, topic) in enumerate(PUBLISHERS.items()):
+            with interrupts_deferred():
+                pubs.append(_spawn(logdir, f"{mode}-{name}", [
+                    "pub", "--via", endpoints[-1 - i % len(endpoints)], "--topic", topic, "--mode", mode,
+                    "--count", str(count), "--rate", str(RATE), "--linger", "1", "--heartbeat", "0.5",
+                    "--trace", str(run_dir / "sent" / f"{mode}-{name}.jsonl"), *keys]))
+                procs.append(pubs[-1])
         for p in pubs:
             p.wait(timeout=seconds + 30)
         # a subscriber that missed a message would wait for its count until --seconds: the

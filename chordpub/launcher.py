@@ -13,8 +13,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,30 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what} not reached within {timeout:g}s")
         time.sleep(interval)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then raise it.
+
+    A KeyboardInterrupt that lands inside `subprocess.Popen`, after the fork, loses the child: Popen
+    never returns it, so nobody can stop it. Starting a child and recording it inside this block
+    means whatever stops "everything started" on an interrupt really sees everything. Off the main
+    thread (where Python delivers no signals) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[object] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 @dataclass
@@ -136,12 +162,15 @@ class LocalRing:
         pending: list[tuple[subprocess.Popen, Path, str]] = []
         try:
             if not self.nodes:
-                first = self.add_proc(join=None)
-                new.append(await_ready(*first, timeout=timeout))
+                with interrupts_deferred():
+                    pending.append(self.add_proc(join=None))
+                new.append(await_ready(*pending[0], timeout=timeout))
                 self.nodes.append(new[-1])
+                pending.clear()
                 n -= 1
             for _ in range(n):
-                pending.append(self.add_proc(join=self.nodes[0].endpoint))
+                with interrupts_deferred():
+                    pending.append(self.add_proc(join=self.nodes[0].endpoint))
             for proc, workdir, name in pending:
                 new.append(await_ready(proc, workdir, name, timeout=timeout))
                 self.nodes.append(new[-1])
@@ -160,8 +189,13 @@ class LocalRing:
     def add(self, join: str | None = None, timeout: float = 30.0, **options: object) -> NodeProcess:
         """One more node, joining through `join` (default: the first node); `options` for it alone
         (e.g. id=N to place it on the ring)."""
-        proc, workdir, name = self.add_proc(join or self.nodes[0].endpoint, **options)
-        node = await_ready(proc, workdir, name, timeout=timeout)
+        with interrupts_deferred():
+            proc, workdir, name = self.add_proc(join or self.nodes[0].endpoint, **options)
+        try:
+            node = await_ready(proc, workdir, name, timeout=timeout)
+        except BaseException:
+            stop_processes([proc])
+            raise
         self.nodes.append(node)
         return node
 

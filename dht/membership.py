@@ -49,12 +49,14 @@ class Member:
                 "seen_s_ago": None if not self.last_seen else round(max(0.0, now - self.last_seen), 1)}
 
 
-def probe_outcome(me: Peer, answered: bool, owner: Peer | None) -> str:
+def probe_outcome(me: Peer, answered: bool, owner: Peer | None, successor: Peer | None = None) -> str:
     """What a probe says of a member: asked to look up our own id in its ring, a member of our ring
-    finds us (the owner of id n is n itself); a member of another ring finds some other node."""
+    finds us (the owner of id n is n itself); a member of another ring finds some other node. Finding
+    our own successor means our ring has not taken us in yet (we joined moments ago and our
+    predecessor has not stabilized): the same ring, and nothing a merge could add."""
     if not answered:
         return UNREACHABLE
-    return IN_RING if owner == me else OTHER_RING
+    return IN_RING if owner == me or (owner is not None and owner == successor) else OTHER_RING
 
 
 class Members:

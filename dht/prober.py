@@ -108,8 +108,10 @@ class Prober:
         self.probes += 1
         found = iterative_lookup(self.me.id, target.endpoint, self.ask, max_steps=4 * node.config.bits + 16)
         # no answer at all: unreachable; an answer but a lookup cut short further on: nothing learnt
+        with node.lock:
+            successor = node.routing.successor
         outcome = (probe_outcome(self.me, False, None) if not found.path
-                   else probe_outcome(self.me, True, found.owner) if found.ok else None)
+                   else probe_outcome(self.me, True, found.owner, successor) if found.ok else None)
         with node.lock:
             if outcome is not None:
                 node.members.probed(target.endpoint, outcome, time.time())

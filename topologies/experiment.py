@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chordpub.launcher import interrupts_deferred
 from topologies.hosts import BACKENDS, Hosts, graph_for, open_hosts
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
 from topologies.run_summary import summarize, tail, topics_for
@@ -134,11 +135,12 @@ class Experiment:
 
     # -- processes --------------------------------------------------------------------------------
     def _spawn(self, net: Hosts, slot: Slot, args: list[str], logs: Path, stdout: Path | None = None) -> Started:
-        with open(logs / f"{slot.name}.log", "ab") as err, open(stdout or logs / f"{slot.name}.log", "ab") as out:
+        with open(logs / f"{slot.name}.log", "ab") as err, open(stdout or logs / f"{slot.name}.log", "ab") as out, \
+                interrupts_deferred():
             proc = net.popen(slot.host, [sys.executable, "-m", "chordpub", *args, "--log-level", self.config.log_level],
                              stdout=out, stderr=err)
-        started = Started(slot, proc)
-        self.started.append(started)
+            started = Started(slot, proc)
+            self.started.append(started)
         return started
 
     def _start_ring(self, net: Hosts, slots: list[Slot], logs: Path, run: str) -> dict:
@@ -167,14 +169,19 @@ class Experiment:
         report: dict = {}
         while time.monotonic() < deadline:
             self._check_alive()
-            proc = net.popen(nodes[0].host, [sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
-                                             "--expect", str(len(nodes)), *self._curve()],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            with interrupts_deferred():
+                proc = net.popen(nodes[0].host, [sys.executable, "-m", "chordpub", "ring", "check", first, "--json",
+                                                 "--expect", str(len(nodes)), *self._curve()],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
                 out, _ = proc.communicate(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, _ = proc.communicate()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
             try:
                 report = json.loads(out or b"{}")
             except json.JSONDecodeError:

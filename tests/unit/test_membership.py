@@ -28,6 +28,9 @@ def test_a_probe_finds_us_in_our_ring_and_someone_else_in_another():
     assert probe_outcome(me, True, me) == IN_RING
     assert probe_outcome(me, True, peer(9)) == OTHER_RING
     assert probe_outcome(me, False, None) == UNREACHABLE
+    # our own successor: we joined moments ago and our ring has not taken us in yet, no split
+    assert probe_outcome(me, True, peer(9), successor=peer(9)) == IN_RING
+    assert probe_outcome(me, True, peer(12), successor=peer(9)) == OTHER_RING
 
 
 def test_seeds_are_remembered_without_ourselves_and_tried_first():
