@@ -1,6 +1,7 @@
 """A partition heals into one ring (dht/prober.py): 8 nodes on two switches, the link between them cut and
-restored. To see it fail, start the nodes with `--probe-every 0` (no probes, so no merge): after the heal
-the sides stay two rings, each consistent alone, and the wait times out.
+restored, while a reliable subscriber on one side follows a publisher on the other. To see it fail,
+start the nodes with `--probe-every 0` (no probes, so no merge): after the heal the sides stay two
+rings, each consistent alone, and the wait times out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,27 @@ pytestmark = pytest.mark.mininet
 STABILIZE = 0.5
 
 
+def start_stream(ring, sub, pub, out, count: int, rate: float):  # noqa: ANN001, ANN201 - Mininet hosts, Popen
+    """A reliable subscriber on host `sub`, then a publisher on host `pub` (history for the whole stream),
+    each entering through its own host's node; returns the subscriber's process."""
+    follow = ring.popen(sub, "-m", "tests.helpers.follow", "--via", ring.endpoint(sub), "--topic", "across",
+                        "--count", str(count), "--seconds", "120", "--out", str(out), "--host", sub.IP(),
+                        log="follow.log")
+    ring.popen(pub, "-m", "chordpub", "pub", "--via", ring.endpoint(pub), "--topic", "across", "--host",
+               pub.IP(), "--reliable", "--history", str(2 * count), "--count", str(count), "--rate", str(rate),
+               "--linger", "60", log="pub.log")
+    return follow
+
+
+def assert_stream_whole(follow, out, count: int) -> None:  # noqa: ANN001 - Popen
+    """Every message of the stream reached the subscriber, in order, once."""
+    follow.wait(timeout=150)
+    got = json.loads(out.read_text())
+    assert follow.returncode == 0, got["received"]
+    (seqs,) = got["seqs"].values()
+    assert seqs == list(range(1, count + 1))
+
+
 def test_an_even_partition_heals_into_one_ring_and_a_reliable_stream_loses_nothing(clean_host, tmp_path):
     with partitioned_ring(4, 4, tmp_path, STABILIZE) as ring:
         ring.start_nodes()
@@ -25,12 +47,7 @@ def test_an_even_partition_heals_into_one_ring_and_a_reliable_stream_loses_nothi
         keys.write_text("\n".join(f"key-{i}" for i in range(100)) + "\n")
         # a reliable subscriber on one side, a publisher on the other, both before the cut
         out = tmp_path / "follow.json"
-        follow = ring.popen(b[1], "-m", "tests.helpers.follow", "--via", ring.endpoint(b[1]), "--topic", "across",
-                            "--count", "600", "--seconds", "120", "--out", str(out), "--host", b[1].IP(),
-                            log="follow.log")
-        ring.popen(a[1], "-m", "chordpub", "pub", "--via", ring.endpoint(a[1]), "--topic", "across", "--host",
-                   a[1].IP(), "--reliable", "--history", "2000", "--count", "600", "--rate", "15",
-                   "--linger", "60", log="pub.log")
+        follow = start_stream(ring, b[1], a[1], out, 600, 15)
         ring.link(up=False)
         cut_at = time.monotonic()
         sides = [ring.wait_ring(a[0], 4, timeout=20), ring.wait_ring(b[0], 4, timeout=20)]
@@ -48,11 +65,7 @@ def test_an_even_partition_heals_into_one_ring_and_a_reliable_stream_loses_nothi
         assert periods <= 10, healed
         # the 100 owners as the other side finds them: the same true owners (the ring both walks saw)
         assert ring.wait_ring(b[2], 8, timeout=30, keys=keys)["seconds"] is not None
-        follow.wait(timeout=150)
-        got = json.loads(out.read_text())
-        assert follow.returncode == 0, got["received"]
-        (seqs,) = got["seqs"].values()
-        assert seqs == list(range(1, 601))  # every message, in order, once
+        assert_stream_whole(follow, out, 600)
 
 
 @pytest.mark.parametrize("a,b", [(1, 7), (3, 5)])
@@ -60,6 +73,9 @@ def test_an_uneven_partition_heals_into_one_ring(clean_host, tmp_path, a, b):
     with partitioned_ring(a, b, tmp_path, STABILIZE) as ring:
         ring.start_nodes()
         assert ring.wait_ring(ring.side_a[0], a + b)["seconds"] is not None
+        # a reliable subscriber on the small side, its publisher on the large one
+        out = tmp_path / "follow.json"
+        follow = start_stream(ring, ring.side_a[0], ring.side_b[1], out, 100, 20)
         ring.link(up=False)
         assert ring.wait_ring(ring.side_a[0], a, timeout=20)["seconds"] is not None
         assert ring.wait_ring(ring.side_b[0], b, timeout=20)["seconds"] is not None
@@ -74,6 +90,7 @@ def test_an_uneven_partition_heals_into_one_ring(clean_host, tmp_path, a, b):
         assert healed["seconds"] / STABILIZE <= 10
         # from the other side, the same 100 true owners
         assert ring.wait_ring(ring.side_a[0], a + b, timeout=30, keys=keys)["seconds"] is not None
+        assert_stream_whole(follow, out, 100)
 
 
 def test_a_partition_during_churn_heals_into_one_ring(clean_host, tmp_path):
@@ -85,6 +102,8 @@ def test_a_partition_during_churn_heals_into_one_ring(clean_host, tmp_path):
         assert ring.wait_ring(a[0], 8)["seconds"] is not None
         keys = tmp_path / "keys.txt"
         keys.write_text("\n".join(f"key-{i}" for i in range(100)) + "\n")
+        out = tmp_path / "follow.json"
+        follow = start_stream(ring, a[0], b[0], out, 100, 20)  # on the two nodes that live throughout
         ring.link(up=False)
         ring.kill_node(a[1])
         ring.start_node(a[2], 5556, ring.endpoint(a[0]))
@@ -101,3 +120,4 @@ def test_a_partition_during_churn_heals_into_one_ring(clean_host, tmp_path):
               f"after the heal, owners right after {healed['owners_seconds']:.2f}s")
         assert healed["seconds"] / STABILIZE <= 10
         assert ring.wait_ring(a[0], 7, timeout=30, keys=keys)["seconds"] is not None
+        assert_stream_whole(follow, out, 100)
