@@ -27,6 +27,11 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
     raise typer.Exit(code)
 
 
+def plural(n: int, word: str) -> str:
+    """'1 message', '2 messages': counts a person reads."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def clean_errors(fn: F) -> F:
     """Turn the errors a user can cause into one line on stderr and exit status 2."""
 

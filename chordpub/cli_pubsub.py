@@ -31,6 +31,7 @@ from chordpub.cli_common import (
     log_level_option,
     metrics_port_option,
     output_file,
+    plural,
     setup_logging,
 )
 
@@ -200,7 +201,10 @@ def sub(
     topic: list[str] = typer.Option(..., help="A topic to follow; give it several times to follow several."),
     count: int = typer.Option(None, min=1, help="Stop after this many messages in all."),
     seconds: float = typer.Option(None, min=0.0, help="Stop after this many seconds."),
-    history: int = typer.Option(0, min=0, help="On joining, ask each publisher for its last K messages."),
+    history: int = typer.Option(0, min=0, help="On joining, ask each publisher for its last K messages. A "
+                                "publisher keeping fewer is not matched (and named), unless --history-up-to."),
+    history_up_to: bool = typer.Option(False, "--history-up-to", help="With --history: take what each publisher "
+                                       "keeps of the K, however few, instead of not matching it."),
     reliable: bool = typer.Option(False, help="In order, no duplicates, gaps repaired from history."),
     mode: str = typer.Option("direct", help="direct | relay."),
     heartbeat: float = typer.Option(1.0, min=0.05, help="Seconds between lease renewals."),
@@ -275,13 +279,15 @@ def sub(
                     connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
             _say_metrics(client)
             subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
-                                     durable=durable) for t in topic]
+                                     durable=durable, history_policy="up_to" if history_up_to else "at_least")
+                    for t in topic]
             while not (stop.is_set() or enough.is_set()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 stop.wait(0.2 if left is None else min(left, 0.2))
             summaries = [s.summary() for s in subs]
+            unmatched = [why for s in subs for why in s.unmatched.values()]
             warnings = [w for s in subs for w in s.warnings]  # each said on stderr once already, as it came
             for s in subs:
                 s.unsubscribe()
@@ -295,7 +301,10 @@ def sub(
     if received[0] == 0:
         fail(f"received nothing on {', '.join(repr(t) for t in topic)} "
              + (f"in {seconds:g}s" if count is None or (deadline and time.monotonic() >= deadline) else "")
-             + f" ({total['publishers']} publishers found)", code=1)
+             + f" ({plural(total['publishers'], 'publisher')} delivered from"
+             + (f"; not matched: {'; '.join(unmatched)}"
+                + (" (--history-up-to takes what a publisher keeps)" if history and not history_up_to else "")
+                if unmatched else "") + ")", code=1)
     if count is not None and received[0] < count:
         fail(f"received {received[0]} of the {count} messages asked for", code=1)
 

@@ -5,8 +5,8 @@
 
 What it shows: `Client` (one per process, any number of topics), `publish` (the first one on a topic
 registers it), `subscribe` with a callback or pulled with `get()`, `unsubscribe` (nothing more is
-delivered, and the topic's owner forgets the subscriber at once), and `topic_info`. It ends with one
-JSON line of what it counted, which the test suite checks.
+delivered, and the topic's owner forgets the subscriber at once), and `Client.topic_info` (what the
+ring holds for a topic). It ends with one JSON line of what it counted, which the test suite checks.
 """
 
 from __future__ import annotations
@@ -21,13 +21,6 @@ from pathlib import Path
 
 from chordpub import Client, Message
 from chordpub.launcher import LocalRing, wait_for
-from dht.client import DhtClient
-from pubsub.directory import topic_info
-
-
-def subscriber_count(via: str, topic: str) -> int:
-    with DhtClient(via) as ring:
-        return topic_info(ring, topic)["subscribers"]
 
 
 def main() -> None:
@@ -74,9 +67,9 @@ def main() -> None:
         with lock:
             first_round = dict(sorted(by_callback.items()))
 
-        before = subscriber_count(via, "sports")
+        before = publisher.topic_info("sports")["subscribers"]
         alice_sports.unsubscribe()  # nothing more of sports for alice, and the owner drops her now
-        after = subscriber_count(via, "sports")
+        after = publisher.topic_info("sports")["subscribers"]
         print(f"sports subscribers: {before} before alice unsubscribed, {after} after")
         publisher.publish("news", "one more")
         publisher.publish("sports", "alice will not see this")

@@ -37,7 +37,7 @@ from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
-from pubsub.directory import PUB, SUB, subscriber_field
+from pubsub.directory import PUB, SUB, subscriber_field, topic_info
 from pubsub.durable import DataDir, check_name
 from pubsub.history import RetentionBounds
 from pubsub.io_loop import IoLoop
@@ -48,7 +48,7 @@ from pubsub.publishing import PublishingSide, check_topic, literal_note
 from pubsub.registrar import Registrar
 from pubsub.registration import Registration, subscriber_value
 from pubsub.service import SERVICE_SCHEMAS
-from pubsub.subscription import TopicState
+from pubsub.subscription import HISTORY_POLICIES, TopicState
 
 log = logging.getLogger(__name__)
 
@@ -226,13 +226,15 @@ class Client:
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
                   callback: Callable[[Message], None] | None = None, timeout: float | None = None,
                   pending_limit: int = PENDING_LIMIT, durable: str | None = None,
-                  auto_commit: bool = True) -> Subscription:
+                  auto_commit: bool = True, history_policy: str = "at_least") -> Subscription:
         """Follow `topic` from every publisher. Returns once each publisher known now has our
         subscription in place, so nothing published after this returns is missed; a publisher that
         appears later is connected as soon as the topic's owner tells us of it.
 
-        `history`: ask each publisher for its last k messages first (recovered=True; a publisher
-        offering fewer is not matched); `reliable`: in order per publisher from its first message,
+        `history`: ask each publisher for its last k messages first (recovered=True); a publisher
+        offering fewer is not matched (`history_policy="at_least"`, the default: it is named in
+        `Subscription.unmatched` and logged) or gives what it has (`history_policy="up_to"`);
+        `reliable`: in order per publisher from its first message,
         no duplicates, gaps repaired from its history, what it no longer holds dead-lettered;
         `callback(message)`: run for each message on the client's io thread, in order (or on its
         callback thread, with `callback_thread=True`); without one, use `get()` or iterate;
@@ -246,6 +248,8 @@ class Client:
         self._check_open()
         check_topic(topic)
         check_mode(mode)
+        if history_policy not in HISTORY_POLICIES:
+            raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
         if literal_note(topic):
             log.warning("%s", literal_note(topic))
         positions = None
@@ -258,7 +262,8 @@ class Client:
                 raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
         if durable is not None:
             positions = Positions(self.data, durable, topic, auto_commit)  # type: ignore[arg-type]
-        state = TopicState(topic, self.id, history, reliable, mode, positions.start if positions else None)
+        state = TopicState(topic, self.id, history, reliable, mode, positions.start if positions else None,
+                           history_policy)
         with self._lock:
             if topic in self._subscriptions:
                 raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
@@ -289,6 +294,27 @@ class Client:
         except FutureTimeout:
             self.unsubscribe(topic)
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
+
+    def topic_info(self, topic: str, timeout: float | None = None) -> dict:
+        """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its
+        owner node, its publishers (id, endpoint, strength, history, retention, archive) and how many
+        subscribers are registered. Asked on the client's registration thread (its ring connection)."""
+        self._check_open()
+        check_topic(topic)
+        answer: Future = Future()
+
+        def ask() -> None:
+            try:
+                answer.set_result(topic_info(self.registrar.dht, topic))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                answer.set_exception(exc)
+
+        self.registrar.call(ask)
+        wait = self.timeout if timeout is None else timeout
+        try:
+            return answer.result(wait)
+        except FutureTimeout:
+            raise DhtError(f"no answer about topic {topic!r} via {self.via} within {wait:g}s") from None
 
     def _publishers_changed(self, topic: str, reg: Registration, owed: Callable[[str], bool] | None) -> None:
         publishers = reg.all_publishers(owed)

@@ -5,9 +5,10 @@ arrives (live messages, history and repair replies, the record's publishers) and
 it asks for afterwards: the messages in `deliveries`, the fetches in `fetches`, the `dead` letters,
 and a read of the record when `reread` is set. Per publisher (a `Stream`):
 - best effort: duplicates dropped and counted, gaps counted (a bounded window, pubsub/stats.py);
-- history on join (`history` > 0): the last k messages, marked recovered, before anything live. A
-  publisher that offers fewer than k is not matched, and the subscription says so (offered >=
-  requested);
+- history on join (`history` > 0): the last k messages, marked recovered, before anything live. By
+  default (`history_policy` "at_least", the reference framework's rule: offered >= requested) a
+  publisher that offers fewer than k is not matched, and the subscription says so; with "up_to" it
+  is matched and gives what it holds of the k;
 - reliable: in-order delivery by sequence number from 1, duplicates dropped, gaps (the start
   included) fetched from the publisher's history; what fell out of it becomes a dead letter and
   counts in `lost`; a stream that stalls has its tail checked by the loop every heartbeat;
@@ -97,12 +98,19 @@ class Stream:
         return self.confirmed
 
 
+HISTORY_POLICIES = ("at_least", "up_to")
+
+
 class TopicState:
     def __init__(self, topic: str, subscriber: str, history: int = 0, reliable: bool = False,
-                 mode: str = "direct", start: Callable[[str], tuple[int, int]] | None = None) -> None:
+                 mode: str = "direct", start: Callable[[str], tuple[int, int]] | None = None,
+                 history_policy: str = "at_least") -> None:
         """`start(publisher)`: a durable subscription's (committed, handed) positions."""
         if history < 0:
             raise ValueError("history cannot be negative")
+        if history_policy not in HISTORY_POLICIES:
+            raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
+        self.history_policy = history_policy
         if start is not None and not reliable:
             raise ValueError("a durable subscription is reliable")
         self.start = start
@@ -195,7 +203,7 @@ class TopicState:
         if entry.mode != self.mode:
             return (f"publisher {entry.id} publishes in {entry.mode} mode, this subscription is {self.mode}: "
                     "not matched")
-        if self.history > entry.history:
+        if self.history > entry.history and self.history_policy == "at_least":
             return f"publisher {entry.id} offers history {entry.history} < requested {self.history}: not matched"
         return None
 

@@ -13,6 +13,34 @@ from chordpub.launcher import LocalRing
 
 PERIOD = 0.2  # stabilization period used by the ring tests (seconds)
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# what runs first when the suite is spread over workers (pytest-xdist): the longest chains first
+FIRST = ("mininet", "spark", "notebook")
+
+
+def _group(item: pytest.Item) -> str | None:
+    """Which worker's queue a test must share: every Mininet test one (one emulated network at a time),
+    every Spark test one (one JVM), each test module one (its module-scoped ring started once); a
+    notebook none (each is a job of its own)."""
+    if item.get_closest_marker("mininet"):
+        return "mininet"
+    if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
+    path = Path(str(item.fspath))
+    return None if path.suffix == ".ipynb" else path.stem
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests for `--dist loadgroup` and put the longest groups first, so that no worker starts
+    a long chain when the others are nearly done. Without xdist the order changes, nothing else."""
+    def rank(item: pytest.Item) -> int:
+        group = _group(item) or "notebook"
+        return FIRST.index(group) if group in FIRST else len(FIRST)
+
+    for item in items:
+        group = _group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=rank)  # stable: a module's tests keep their order
 
 
 @pytest.fixture

@@ -94,3 +94,22 @@ def test_node_start_on_a_port_in_use_is_one_line(ring):
     port = ring.nodes[0].endpoint.rsplit(":", 1)[1]
     proc = run_cli("node", "start", "--port", port)
     one_error_line(proc, "Address already in use", "--port")
+
+
+def test_asking_more_history_than_a_publisher_keeps_names_it_and_up_to_takes_what_it_keeps(ring, procs, tmp_path):
+    via = ring.nodes[0].endpoint
+    procs("pub", "pub", "--via", via, "--topic", "short-memory", "--history", "10", "--count", "20",
+          "--rate", "200", "--linger", "60")
+    with DhtClient(via) as client:
+        wait_for(lambda: topic_info(client, "short-memory")["publishers"], timeout=20, what="the publisher")
+    strict = run_cli("sub", "--via", via, "--topic", "short-memory", "--history", "50", "--seconds", "2")
+    assert strict.returncode == 1
+    last = strict.stderr.strip().splitlines()[-1]
+    assert "0 publishers delivered from; not matched:" in last and "offers history 10 < requested 50" in last, last
+    assert "--history-up-to" in last
+    lenient = run_cli("sub", "--via", via, "--topic", "short-memory", "--history", "50", "--history-up-to",
+                      "--count", "10", "--seconds", "20", "--json")
+    assert lenient.returncode == 0, lenient.stderr
+    assert "not matched" not in lenient.stderr
+    summary = json.loads(lenient.stdout)
+    assert summary["received"] == 10 and summary["recovered"] == 10 and summary["publishers"] == 1, summary

@@ -165,6 +165,24 @@ def test_publishers_the_subscription_cannot_take_are_named():
     assert not ts.deliveries and not ts.strangers  # an unmatched publisher's messages are dropped
 
 
+def test_history_up_to_takes_what_a_publisher_keeps_of_the_request():
+    pub = Publication("t", A.id, history_size=3)
+    for i in range(10):
+        pub.stamp(b"x", i)
+    short = PublisherEntry(A.id, A.endpoint, A.repair, history=3)
+    ts = TopicState("t", "me", history=10, history_policy="up_to")
+    new, _ = ts.reconcile([short])
+    assert new and not ts.unmatched
+    ts.on_head(new[0], pub.serve("last", count=0), 6)
+    st, lo, hi = ts.fetches.pop()
+    assert (lo, hi) == (8, 10)  # the three it keeps of the ten asked
+    ts.on_range(st, lo, hi, range_reply(pub, lo, hi), 7)
+    ts.fetch_done(st, 7)
+    assert delivered(ts) == [(A.id, s, True) for s in (8, 9, 10)]
+    with pytest.raises(ValueError, match="history_policy"):
+        TopicState("t", "me", history=10, history_policy="some")
+
+
 def test_seq_window_counts_exactly_and_stays_bounded():
     w = SeqWindow(window=100)
     rng = random.Random(1)
