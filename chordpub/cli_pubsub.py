@@ -89,6 +89,10 @@ def pub(
     message: list[str] = typer.Option(None, help="Send this text (several times: several messages, in order)."),
     stdin: bool = typer.Option(False, "--stdin", help="Send each line of standard input as a message "
                                "(`tail -f app.log | chordpub pub ... --stdin`)."),
+    file: Path = typer.Option(None, "--file", help="Send this file's bytes as one message (binary payloads).",
+                              exists=True, dir_okay=False, readable=True),
+    synthetic: bool = typer.Option(False, "--synthetic", help="Send synthetic load with the defaults (100 messages "
+                                   "of 100 bytes at 10 per second); --count, --rate or --size imply it."),
     count: int = typer.Option(None, min=0, help="Synthetic load: messages to send (0: until Ctrl-C; default 100)."),
     rate: float = typer.Option(None, min=0.0, help="Messages per second (0: as fast as possible; default 10 for "
                                "synthetic load, unpaced for --message and --stdin)."),
@@ -122,25 +126,28 @@ def pub(
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
 ) -> None:
-    """Publish on each TOPIC: the --message texts, the lines of --stdin, or COUNT synthetic messages of
-    SIZE bytes at RATE per second."""
+    """Publish on each TOPIC: the --message texts, the lines of --stdin, the bytes of --file, or (asked for
+    with --synthetic, --count, --rate or --size) COUNT synthetic messages of SIZE bytes at RATE per second."""
     from chordpub import Client
 
     endpoint_arg(via)
     _check_mode(mode)
     output_file(trace, "--trace")
     setup_logging(log_level, log_file)
-    synthetic = count is not None or size is not None
-    if sum((bool(message), stdin, synthetic)) > 1:
-        fail("give one of --message, --stdin, or --count/--size (synthetic load)")
+    given = sum((bool(message), stdin, file is not None))
+    synthetic = synthetic or count is not None or size is not None or (rate is not None and not given)
+    if given + synthetic != 1:
+        fail("give one of --message, --stdin, --file, or synthetic load (--synthetic, --count, --rate, --size)")
     stop = _stop_on_signals()
     if message:
         payloads: Iterator[bytes] = (m.encode("utf-8") for m in message)
     elif stdin:
         payloads = _stdin_lines(stop)
+    elif file is not None:
+        payloads = iter([file.read_bytes()])
     else:
         payloads = _synthetic(100 if count is None else count, 100 if size is None else size, stop)
-    period = 1.0 / rate if rate else (0.1 if rate is None and not (message or stdin) else 0.0)
+    period = 1.0 / rate if rate else (0.1 if rate is None and synthetic else 0.0)
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
     listen = listen_addresses(host, bind, advertise)
@@ -169,7 +176,8 @@ def pub(
         finally:
             if out:
                 out.close()
-        typer.echo(f"published {sent} messages on {', '.join(repr(t) for t in topic)} as {client.id}", err=True)
+        topics = ", ".join(repr(t) for t in topic)
+        typer.echo(f"published {plural(sent, 'message')} on {topics} as {client.id}", err=True)
 
 
 def _say_metrics(client) -> None:  # noqa: ANN001 - a chordpub.Client

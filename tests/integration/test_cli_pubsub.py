@@ -113,3 +113,19 @@ def test_asking_more_history_than_a_publisher_keeps_names_it_and_up_to_takes_wha
     assert "not matched" not in lenient.stderr
     summary = json.loads(lenient.stdout)
     assert summary["received"] == 10 and summary["recovered"] == 10 and summary["publishers"] == 1, summary
+
+
+def test_a_publisher_without_a_message_is_refused_and_a_file_is_sent_as_one_binary_message(ring, procs, tmp_path):
+    one_error_line(run_cli("pub", "--via", ring.nodes[0].endpoint, "--topic", "x"), "--message", "--file",
+                   "--synthetic")
+    via = ring.nodes[1].endpoint
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)) * 3)
+    sub = procs("blob", "sub", "--via", via, "--topic", "blobs", "--print", "--format", "json", "--count", "1",
+                "--seconds", "30")
+    wait_for(lambda: registered(via, ["blobs"]), timeout=20, what="the subscriber registered")
+    sent = run_cli("pub", "--via", via, "--topic", "blobs", "--file", str(blob))
+    assert sent.returncode == 0 and "published 1 message on" in sent.stderr, sent.stderr
+    assert sub.wait(timeout=30) == 0
+    row = json.loads((tmp_path / "blob.log").read_text().splitlines()[0])
+    assert row["base64"] is True and base64.b64decode(row["payload"]) == blob.read_bytes()
