@@ -28,8 +28,25 @@ from chordpub import (
 from chordpub.cli_common import CURVE_HELP, clean_errors, fail, log_file_option, log_level_option, setup_logging
 from dht.ids import key_id
 
+
+def _flags_take_no_value() -> None:
+    """Typer labels every option's value type in --help, flags included (`--help <bool>`); a flag
+    takes no value, so it gets no label. Done on typer's option class, for every command at once."""
+    from typer.core import TyperOption
+
+    labelled = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else labelled(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+# help texts are plain text: "[topic]" in them is shown, not read as rich markup
 app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                  rich_markup_mode=None)
 app.add_typer(cli_node.node_app, name="node")
 app.add_typer(cli_ring.ring_app, name="ring")
 app.command("pub")(cli_pubsub.pub)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from chordpub.cli_common import CURVE_HELP, clean_errors, emit, endpoint_arg
+from chordpub.cli_common import CURVE_HELP, clean_errors, emit, endpoint_arg, plural
 
 dlq_app = typer.Typer(help="A client's dead-letter queue (in its --data-dir): what a subscription did not "
                       "deliver, and why.", no_args_is_help=True)
@@ -47,7 +47,7 @@ def show(directory: Path = typer.Argument(..., help="The client's --data-dir."),
            "ranges": len(rows) - held, "messages": sum(r["to_seq"] - r["from_seq"] + 1 for r in rows)}
 
     def human(o: dict) -> str:
-        lines = [f"dead letters of {o['client']}: {len(o['letters'])} ({o['held']} messages held, "
+        lines = [f"dead letters of {o['client']}: {len(o['letters'])} ({plural(o['held'], 'message')} held, "
                  f"{o['ranges']} ranges known by number only)"]
         for r in o["letters"]:
             seqs = f"seq {r['from_seq']}" if r["from_seq"] == r["to_seq"] else f"seq {r['from_seq']}..{r['to_seq']}"
@@ -85,5 +85,5 @@ def replay(directory: Path = typer.Argument(..., help="The client's --data-dir."
         data.close()
     out = {"replayed": len(held), "ranges": len(rows) - len(held),
            "topics": sorted({r["topic"] for r in held})}
-    emit(out, as_json, lambda o: f"replayed {o['replayed']} messages on {', '.join(o['topics']) or 'no topic'}; "
-         f"{o['ranges']} ranges have no message to send")
+    emit(out, as_json, lambda o: f"replayed {plural(o['replayed'], 'message')} on "
+         f"{', '.join(o['topics']) or 'no topic'}; {plural(o['ranges'], 'range')} without a message to send")

@@ -314,7 +314,7 @@ def sub(
                 + (" (--history-up-to takes what a publisher keeps)" if history and not history_up_to else "")
                 if unmatched else "") + ")", code=1)
     if count is not None and received[0] < count:
-        fail(f"received {received[0]} of the {count} messages asked for", code=1)
+        fail(f"received {received[0]} of the {plural(count, 'message')} asked for", code=1)
 
 
 def _totals(summaries: list[dict], subs: list) -> dict:
@@ -338,8 +338,9 @@ def _human_summary(o: dict) -> str:
         lat = s["latency_ms"]
         latency = "no latency (nothing received)" if lat["p50"] is None else (
             f"latency p50 {lat['p50']} ms p99 {lat['p99']} ms")
-        return (f"{s['topic']}: received {s['received']} of {s['expected']} expected from {s['publishers']} "
-                f"publishers ({s['recovered']} recovered), {s['lost']} lost, {s['duplicates']} duplicates"
+        return (f"{s['topic']}: received {s['received']} of {s['expected']} expected from "
+                f"{plural(s['publishers'], 'publisher')} ({s['recovered']} recovered), {s['lost']} lost, "
+                f"{plural(s['duplicates'], 'duplicate')}"
                 + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "")
                 + (f", {s['redelivered']} redelivered after a restart" if s.get("redelivered") else "")
                 + f"; {latency}")
@@ -362,7 +363,7 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
 
     def human(o: dict) -> str:
         lines = [f"topic {o['topic']} (id {o['key_id']}) owned by {o['owner']['endpoint']}",
-                 f"{len(o['publishers'])} publishers, {o['subscribers']} subscribers"]
+                 f"{plural(len(o['publishers']), 'publisher')}, {plural(o['subscribers'], 'subscriber')}"]
         for p in o["publishers"]:
             retain = p.get("retain") or {}
             lines.append(f"  {p['id']}  strength {'none' if p['strength'] is None else p['strength']}  "

@@ -163,3 +163,26 @@ def test_demo_measures_lookups_and_both_dissemination_modes(tmp_path):
     assert spark_counts == {(m, t): r["delivered"] + r["duplicates"] for m, ts in out["pubsub"].items()
                             for t, r in ts.items()}
     assert out["analysis"]["bad_rows"]["deliveries"]["count"] == 0
+
+
+def test_help_shows_what_it_was_given_and_no_value_type_on_flags():
+    """Every command's --help: flags carry no `<bool>` (they take no value) and square brackets in a
+    help text are shown, not read as markup."""
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from chordpub.cli import app
+
+    def walk(cmd, path: list[str]):  # noqa: ANN001, ANN202 - a (typer-vendored) click command
+        yield path
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    runner = CliRunner()
+    root = get_command(app)
+    paths = list(walk(root, []))
+    assert len(paths) > 30
+    for path in paths:
+        out = runner.invoke(app, [*path, "--help"]).output
+        assert "<bool>" not in out, (path, out)
+    assert "[topic]" in runner.invoke(app, ["sub", "--help"]).output

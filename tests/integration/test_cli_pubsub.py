@@ -63,7 +63,7 @@ def test_messages_and_binary_payloads_print_as_text_and_base64(ring, procs, tmp_
     lines = (tmp_path / "text.log").read_text().splitlines()
     assert lines[:2] == ["hello", "wörld"]
     summary = lines[2]
-    assert summary.startswith("greetings: received 2 of 2 expected from 1 publishers")
+    assert summary.startswith("greetings: received 2 of 2 expected from 1 publisher (")
     row = json.loads((tmp_path / "bin.log").read_text().splitlines()[0])
     assert row["base64"] is True and base64.b64decode(row["payload"]) == b"\xff\x00\xfe"
 
