@@ -227,7 +227,9 @@ def sub(
     fmt: str = typer.Option("text", "--format", help="With --print: text (the payload; prefixed by [topic] when "
                             "following several) | json (topic, publisher, seq, latency_ms, recovered, payload; "
                             "base64 with \"base64\": true when not UTF-8)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object at the end."),
+    as_json: bool = typer.Option(False, "--json", help="The summary at the end as one JSON object, on stdout (on "
+                                 "stderr with --print: stdout then carries the messages alone)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary at the end (errors still go to stderr)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
     connect_timeout: float = connect_timeout_option(),
     durable: str = typer.Option(None, help="A durable subscription of this name (reliable): its position per "
@@ -239,7 +241,9 @@ def sub(
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
 ) -> None:
-    """Receive every TOPIC from all of its publishers; print a summary per topic at the end."""
+    """Receive every TOPIC from all of its publishers; a summary per topic at the end. Stdout carries
+    only the data asked for: the messages with --print, the JSON summary with --json (alone);
+    a summary in words, or one that would share stdout with messages, goes to stderr; --quiet: none."""
     from chordpub import Client
 
     endpoint_arg(via)
@@ -303,15 +307,17 @@ def sub(
         if dead:
             dead.close()
     total = _totals(summaries, subs) | {"warnings": warnings}
-    emit(total, as_json, _human_summary)
+    if not quiet:
+        summary = json.dumps(total) if as_json else _human_summary(total)
+        typer.echo(summary, err=print_messages or not as_json)
     if stop.is_set():
         return
     if received[0] == 0:
         fail(f"received nothing on {', '.join(repr(t) for t in topic)} "
              + (f"in {seconds:g}s" if count is None or (deadline and time.monotonic() >= deadline) else "")
              + f" ({plural(total['publishers'], 'publisher')} delivered from"
-             + (f"; not matched: {'; '.join(unmatched)}"
-                + (" (--history-up-to takes what a publisher keeps)" if history and not history_up_to else "")
+             + (f"; {plural(len(unmatched), 'publisher')} not matched, as said above"
+                + (": --history-up-to takes what a publisher keeps" if history and not history_up_to else "")
                 if unmatched else "") + ")", code=1)
     if count is not None and received[0] < count:
         fail(f"received {received[0]} of the {plural(count, 'message')} asked for", code=1)

@@ -105,8 +105,10 @@ def test_asking_more_history_than_a_publisher_keeps_names_it_and_up_to_takes_wha
     strict = run_cli("sub", "--via", via, "--topic", "short-memory", "--history", "50", "--seconds", "2")
     assert strict.returncode == 1
     last = strict.stderr.strip().splitlines()[-1]
-    assert "0 publishers delivered from; not matched:" in last and "offers history 10 < requested 50" in last, last
+    assert "0 publishers delivered from; 1 publisher not matched, as said above" in last, last
     assert "--history-up-to" in last
+    said = [line for line in strict.stderr.splitlines() if "offers history 10 < requested 50: not matched" in line]
+    assert len(said) == 1, strict.stderr
     lenient = run_cli("sub", "--via", via, "--topic", "short-memory", "--history", "50", "--history-up-to",
                       "--count", "10", "--seconds", "20", "--json")
     assert lenient.returncode == 0, lenient.stderr
@@ -129,3 +131,24 @@ def test_a_publisher_without_a_message_is_refused_and_a_file_is_sent_as_one_bina
     assert sub.wait(timeout=30) == 0
     row = json.loads((tmp_path / "blob.log").read_text().splitlines()[0])
     assert row["base64"] is True and base64.b64decode(row["payload"]) == blob.read_bytes()
+
+
+def test_stdout_carries_only_the_data_asked_for(ring, tmp_path):
+    """--print --format json: every stdout line is one message's JSON object; the summary goes to stderr
+    (as JSON with --json); --quiet prints none."""
+    via = ring.nodes[0].endpoint
+    with Client(via) as client:
+        client.advertise("plain-out", history=5)
+        for i in range(5):
+            client.publish("plain-out", f"m{i}")
+        common = ["sub", "--via", via, "--topic", "plain-out", "--history", "5", "--count", "5", "--seconds", "20"]
+        printed = run_cli(*common, "--print", "--format", "json", "--json")
+        quiet = run_cli(*common, "--print", "--quiet")
+        words = run_cli(*common)
+    assert printed.returncode == 0, printed.stderr
+    rows = [json.loads(line) for line in printed.stdout.splitlines()]
+    assert [r["payload"] for r in rows] == [f"m{i}" for i in range(5)]
+    assert json.loads(printed.stderr.strip().splitlines()[-1])["received"] == 5
+    assert quiet.returncode == 0 and quiet.stdout.splitlines() == [f"m{i}" for i in range(5)]
+    assert "received" not in quiet.stderr
+    assert words.returncode == 0 and words.stdout == "" and "received 5 of 5" in words.stderr
