@@ -107,11 +107,11 @@ def render(snapshot: dict, interval: float | None) -> Group:
 def cells(row: Row) -> list[str | Text]:
     status = Text(row.status, style=STYLES.get(row.status, "green"))
     if row.arc is None:
-        return [row.endpoint, f"{row.id:x}", "", "", "", "", "", status]
+        return [row.endpoint, str(row.id), "", "", "", "", "", status]
     health = f"{row.successors_ok}/{row.successors_want}"
     successors = Text(health, style="green" if row.successors_ok == row.successors_want else "yellow")
     if row.successors_gone:
         successors.append(f" ({row.successors_gone} gone)", style="red")
     rate = "" if row.lookups_per_s is None else f"{row.lookups_per_s:.1f}"
-    return [row.endpoint, f"{row.id:x}", f"{row.arc:.1%}", str(row.keys), str(row.records), successors, rate,
+    return [row.endpoint, str(row.id), f"{row.arc:.1%}", str(row.keys), str(row.records), successors, rate,
             status]

@@ -118,3 +118,13 @@ def test_show_refuses_a_missing_directory_and_a_node_off_the_ring(ring, tmp_path
     one_error_line(run_cli("ring", "show", ring.nodes[0].endpoint, "--png", str(tmp_path / "r.png"),
                            "--fingers", "127.0.0.1:1"), "not on the ring")
     assert not (tmp_path / "r.png").exists()
+
+
+def test_watch_and_node_info_print_a_nodes_id_alike(ring):
+    node = ring.nodes[0]
+    table = run_cli("ring", "watch", node.endpoint, "--once")
+    info = run_cli("node", "info", node.endpoint)
+    assert table.returncode == 0 and info.returncode == 0, table.stderr + info.stderr
+    shown = [line.split() for line in table.stdout.splitlines() if line.strip().startswith(node.endpoint)]
+    assert shown and shown[0][1] == str(node.id), table.stdout
+    assert str(node.id) in info.stdout, info.stdout
