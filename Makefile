@@ -44,9 +44,11 @@ test: $(STAMP_TEST) system-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# JupyterLab on the analysis notebooks (plots inline); open the URL it prints.
+# JupyterLab on the analysis notebooks (plots inline); open the URL it prints. As root (a container,
+# a lab machine) Jupyter needs --allow-root; NOTEBOOK_ARGS passes more (e.g. --port=8899).
+NOTEBOOK_ARGS ?=
 notebooks: $(STAMP_NB)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ --no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(NOTEBOOK_ARGS)
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .
