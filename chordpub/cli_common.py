@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,8 +90,15 @@ def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNE
     return client
 
 
-def endpoint_arg(text: str) -> str:
-    wire.parse_endpoint(text)
+def endpoint_arg(text: str, resolve: bool = True) -> str:
+    """A H:P the user gave: well formed, and (unless `resolve` is False: a seed may not be in the DNS
+    yet when a deployment starts) a host name that resolves, said at once rather than after a timeout."""
+    host, _ = wire.parse_endpoint(text)
+    if resolve:
+        try:
+            socket.getaddrinfo(host, None)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise wire.WireError(f"cannot resolve host {host!r} of {text!r}: {getattr(exc, 'strerror', exc)}") from None
     return text
 
 

@@ -31,6 +31,7 @@ from chordpub.cli_common import (
     log_file_option,
     log_level_option,
     metrics_port_option,
+    output_file,
     peer_text,
     setup_logging,
 )
@@ -79,10 +80,11 @@ def node_start(
     from dht.node import ChordNode, NodeConfig, seed_list
 
     check_source(source)
+    output_file(trace, "--trace")
     setup_logging(log_level, log_file)
     seeds = seed_list(join)
     for seed in seeds:
-        endpoint_arg(seed)
+        endpoint_arg(seed, resolve=False)
     listen = listen_addresses(host, bind, advertise)
     config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port,
                         join=seeds or None, id=id, bits=check_bits(bits),

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import zmq
@@ -186,3 +187,13 @@ def test_help_shows_what_it_was_given_and_no_value_type_on_flags():
         out = runner.invoke(app, [*path, "--help"]).output
         assert "<bool>" not in out, (path, out)
     assert "[topic]" in runner.invoke(app, ["sub", "--help"]).output
+
+
+def test_a_trace_in_a_missing_directory_and_a_host_that_does_not_resolve_are_said_at_once(tmp_path):
+    started = time.monotonic()
+    one_error_line(run_cli("node", "start", "--port", "0", "--trace", str(tmp_path / "nodir" / "t.jsonl")),
+                   "does not exist")
+    assert not (tmp_path / "nodir").exists()
+    for cmd in (["sub", "--topic", "t", "--seconds", "1"], ["pub", "--topic", "t", "--message", "m"]):
+        one_error_line(run_cli(*cmd, "--via", "no-such-host.invalid:5555"), "cannot resolve host")
+    assert time.monotonic() - started < 15  # no connect timeout waited out (each is a fresh Python process)
