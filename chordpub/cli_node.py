@@ -72,6 +72,9 @@ def node_start(
     curve: Path = typer.Option(None, help=CURVE_HELP),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
+    ports: int = typer.Option(0, min=0, max=65533, help="Listen on BASE, BASE+1 and BASE+2 for the node's other "
+                              "sockets (events, relay in, relay out) instead of free ports: what a firewall or a "
+                              "container's port map needs besides --port."),
     log_level: str = log_level_option("INFO"),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
@@ -89,7 +92,7 @@ def node_start(
     config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port,
                         join=seeds or None, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
-                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every)
+                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every, ports=ports)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter
@@ -102,7 +105,8 @@ def node_start(
     if relay:
         from pubsub.relay import Relay
 
-        relay_service = Relay(listen.bind, setup=setup, advertise=listen.host).start()
+        relay_service = Relay(listen.bind, setup=setup, advertise=listen.host,
+                              ports=(ports + 1, ports + 2) if ports else (0, 0)).start()
         config.services.update(relay_service.services)
     node = ChordNode(config, setup=setup)
     hops = None
@@ -170,7 +174,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
     with dht_client(endpoint, curve, connect_timeout) as client:
         info = client.info()
     out = {k: info[k] for k in ("id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns",
-                                "records", "lookups_served", "neighbours_left")}
+                                "records", "lookups_served", "neighbours_left", "remembered", "probes",
+                                "probe_bytes", "merges", "services")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -186,6 +191,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
                 f["endpoint"] + ("" if f.get("rtt_ms") is None else f" ({f['rtt_ms']:.1f} ms)") for f in distinct),
             f"keys        {o['keys']} owned (store entries); topics {o['records']} owned",
             f"lookups     {o['lookups_served']} steps served",
+            "listening   " + ", ".join([f"{o['bind']} (rpc)"]
+                                       + [f"{v} ({k})" for k, v in sorted(o["services"].items())]),
         ])
 
     emit(out, as_json, human)

@@ -125,6 +125,8 @@ def pub(
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
+    ports: int = typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 "
+                              "(the PUB socket) instead of free ports: for a firewall or a container's port map."),
 ) -> None:
     """Publish on each TOPIC: the --message texts, the lines of --stdin, the bytes of --file, or (asked for
     with --synthetic, --count, --rate or --size) COUNT synthetic messages of SIZE bytes at RATE per second."""
@@ -152,7 +154,7 @@ def pub(
     sent = 0
     listen = listen_addresses(host, bind, advertise)
     with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
-                data_dir=data_dir, connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
+                data_dir=data_dir, connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
         _say_metrics(client)
         try:
             for t in topic:
@@ -240,6 +242,8 @@ def sub(
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
+    ports: int = typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 "
+                              "(the PUB socket) instead of free ports: for a firewall or a container's port map."),
 ) -> None:
     """Receive every TOPIC from all of its publishers; a summary per topic at the end. Stdout carries
     only the data asked for: the messages with --print, the JSON summary with --json (alone);
@@ -288,7 +292,7 @@ def sub(
         with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="subscriber",
                     trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
-                    connect_timeout=connect_timeout, metrics_port=metrics_port) as client:
+                    connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
             _say_metrics(client)
             subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
                                      durable=durable, history_policy="up_to" if history_up_to else "at_least")

@@ -55,6 +55,8 @@ class NodeConfig:
     pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
+    ports: int = 0  # the events socket's port, and the first of the three ports a node's sockets
+    # other than its RPC take (events, relay in, relay out: what a firewall opens); 0: free ones
 
     @property
     def seeds(self) -> list[str]:
@@ -68,6 +70,8 @@ class NodeConfig:
             raise ValueError("probe-every must be between 0 (never) and 3600 seconds")
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
+        if self.ports and not 0 < self.ports < 65536 - 2:
+            raise ValueError("ports must be in 1..65533 (three consecutive ports from it)")
         if self.advertise_port is not None and not 0 < self.advertise_port < 65536:
             raise ValueError("the advertised port must be in 1..65535")
         if self.id is not None and not 0 <= self.id < (1 << self.bits):
@@ -116,7 +120,8 @@ class ChordNode:
         observer = self.records.observe
         self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
                       else Store(config.bits, observer))
-        self.notifier = Notifier(self, bind, advertise=config.host)  # binds the events socket, so that `info` names it
+        # binds the events socket, so that `info` names it
+        self.notifier = Notifier(self, bind, advertise=config.host, port=config.ports)
         self.maintainer_rpc = None  # set by the Maintainer: its requests count in `traffic`
         self.round_trips = None  # set by the Maintainer: its calls' round trips (dht/proximity.py)
         config.services["events"] = self.notifier.endpoint

@@ -25,7 +25,7 @@ import zmq
 
 from dht import wire
 from dht.records import Change, change_message, event_frame, namespace
-from dht.transport import SocketSetup
+from dht.transport import SocketSetup, bind_port
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class NotifierHost(Protocol):
 
 class Notifier:
     def __init__(self, node: NotifierHost, host: str, context: zmq.Context | None = None,
-                 advertise: str | None = None) -> None:
+                 advertise: str | None = None, port: int = 0) -> None:
         self.node = node
         self.socket = (context or zmq.Context.instance()).socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -53,7 +53,7 @@ class Notifier:
         self.socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it
         if node.setup is not None:
             node.setup(self.socket, True)
-        self.endpoint = f"{advertise or host}:{self.socket.bind_to_random_port(f'tcp://{host}')}"
+        self.endpoint = f"{advertise or host}:{bind_port(self.socket, host, port)}"
         self.published = 0
         self.bytes_sent = 0
 

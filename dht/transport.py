@@ -66,6 +66,15 @@ class RejectLog:
             self._last = now
 
 
+def bind_port(sock: zmq.Socket, host: str, port: int = 0) -> int:
+    """Bind `sock` on host:port, or on a free port when `port` is 0 (the default everywhere: a
+    firewall or a container's port map needs fixed ports, given with --port/--ports). Returns it."""
+    if port == 0:
+        return sock.bind_to_random_port(f"tcp://{host}")
+    sock.bind(f"tcp://{host}:{port}")
+    return port
+
+
 def _base_options(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
@@ -92,11 +101,7 @@ class RpcServer:
         self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         if setup is not None:
             setup(self.socket, True)
-        if port == 0:
-            self.port = self.socket.bind_to_random_port(f"tcp://{host}")
-        else:
-            self.socket.bind(f"tcp://{host}:{port}")
-            self.port = port
+        self.port = bind_port(self.socket, host, port)
         self.host = advertise or host
         self.endpoint = f"{self.host}:{advertise_port or self.port}"
         self.reject_log = RejectLog("malformed request")

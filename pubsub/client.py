@@ -88,8 +88,10 @@ class Client:
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  callback_thread: bool = False, context: zmq.Context | None = None,
                  name: str | None = None, data_dir: str | Path | None = None,
-                 connect_timeout: float | None = None, metrics_port: int | None = None) -> None:
+                 connect_timeout: float | None = None, metrics_port: int | None = None, ports: int = 0) -> None:
         wire.parse_endpoint(via)
+        if ports and not 0 < ports < 65535:
+            raise ValueError("ports must be in 1..65534 (the service socket's port, and the PUB socket's after it)")
         if not 0.01 <= heartbeat <= 3600:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
         if name is not None:
@@ -112,12 +114,12 @@ class Client:
         self.metrics_endpoint: str | None = None
         try:
             setup = self._curve_setup(curve, role)
-            service = RpcServer(listen.bind, 0, lambda _r: {}, setup=setup, context=self.context,
+            service = RpcServer(listen.bind, ports, lambda _r: {}, setup=setup, context=self.context,
                                 schemas=SERVICE_SCHEMAS, advertise=listen.host)
             self.id = self.data.name if self.data is not None else (name or service.endpoint)
             self.service_endpoint = service.endpoint  # history, repair, probes and acks are asked here
             self.publishing = PublishingSide(self.context, listen.bind, self.id, setup, self.data,
-                                             advertise=listen.host)
+                                             advertise=listen.host, port=ports + 1 if ports else 0)
             if trace is not None:
                 from traces.writer import JsonlWriter
 

@@ -25,7 +25,7 @@ import msgpack
 import zmq
 
 from dht import wire
-from dht.transport import SocketSetup
+from dht.transport import SocketSetup, bind_port
 from pubsub.durable import DataDir
 from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
 from pubsub.journal import Journal
@@ -56,9 +56,10 @@ def literal_note(topic: str) -> str | None:
 
 class PublishingSide:
     def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None,
-                 data: DataDir | None = None, advertise: str | None = None) -> None:
+                 data: DataDir | None = None, advertise: str | None = None, port: int = 0) -> None:
         self.context, self.host, self.client_id, self.setup = context, host, client_id, setup
         self.advertise = advertise or host
+        self.port = port  # the PUB socket's (0: a free one)
         self.data = data
         self.journal: Journal | None = None  # with a data directory, once something is published
         self.lock = threading.Lock()
@@ -90,7 +91,7 @@ class PublishingSide:
         with self.lock:
             if self.direct is None:
                 self.direct = self._pub_socket(server=True)
-                self.endpoint = f"{self.advertise}:{self.direct.bind_to_random_port(f'tcp://{self.host}')}"
+                self.endpoint = f"{self.advertise}:{bind_port(self.direct, self.host, self.port)}"
             if pub.mode == "relay" and self.relay is None:
                 self.relay = self._pub_socket(server=False)
             if self.data is not None:

@@ -16,7 +16,7 @@ import threading
 import zmq
 
 from dht import wire
-from dht.transport import SocketSetup
+from dht.transport import SocketSetup, bind_port
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ SERVICE_OUT = "relay_out"
 class Relay:
     """XSUB <-> XPUB forwarding on two ports of this host, in a background thread."""
 
-    def __init__(self, host: str = "127.0.0.1", setup: SocketSetup | None = None, advertise: str | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", setup: SocketSetup | None = None, advertise: str | None = None,
+                 ports: tuple[int, int] = (0, 0)) -> None:
+        """`ports`: where the XSUB (publishers in) and XPUB (subscribers out) sockets listen (0: free ones)."""
         self.context = zmq.Context.instance()
         self.xsub = self.context.socket(zmq.XSUB)
         self.xpub = self.context.socket(zmq.XPUB)
@@ -39,8 +41,8 @@ class Relay:
             if setup is not None:
                 setup(sock, True)
         told = advertise or host  # bound on host, reached at `told` (dht/address.py)
-        self.in_endpoint = f"{told}:{self.xsub.bind_to_random_port(f'tcp://{host}')}"
-        self.out_endpoint = f"{told}:{self.xpub.bind_to_random_port(f'tcp://{host}')}"
+        self.in_endpoint = f"{told}:{bind_port(self.xsub, host, ports[0])}"
+        self.out_endpoint = f"{told}:{bind_port(self.xpub, host, ports[1])}"
         self._control_address = f"inproc://relay-control-{id(self)}"
         self._control = self.context.socket(zmq.PAIR)
         self._control.bind(self._control_address)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -59,3 +60,48 @@ def test_an_address_that_cannot_be_bound_or_advertised_is_one_line():
     one_error_line(run_cli("sub", "--via", "127.0.0.1:1", "--topic", "t", "--advertise", "h:0"), "--advertise")
     one_error_line(run_cli("pub", "--via", "127.0.0.1:1", "--topic", "t", "--message", "x", "--bind", "10.1.2.3"),
                    "10.1.2.3")
+
+
+def free_consecutive(n: int) -> int:
+    """A port from which n consecutive ports are free now (bound together, then released)."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            base = first.getsockname()[1]
+            if base + n > 65535:
+                continue
+            rest = [socket.socket() for _ in range(n - 1)]
+            try:
+                for i, s in enumerate(rest, 1):
+                    s.bind(("127.0.0.1", base + i))
+                return base
+            except OSError:
+                continue
+            finally:
+                for s in rest:
+                    s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def json_of(*args: str) -> dict | None:
+    proc = run_cli(*args, "--json")
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def test_every_listening_socket_can_be_given_its_port(procs):
+    """--port and --ports fix every port a node and a client listen on (a firewall or a container's
+    port map needs them): the node's RPC, events, relay in and out; a client's service and PUB."""
+    port = free_consecutive(1)
+    base = free_consecutive(3)
+    client_base = free_consecutive(2)
+    node = procs("node", "node", "start", "--port", str(port), "--ports", str(base), "--stabilize", "0.2")
+    via = f"127.0.0.1:{port}"
+    info = wait_for(lambda: json_of("node", "info", via), timeout=20, what="the node serving")
+    assert sorted(info["services"].values()) == [f"127.0.0.1:{base + i}" for i in range(3)], info["services"]
+    procs("pub", "pub", "--via", via, "--topic", "ported", "--ports", str(client_base), "--count", "0",
+          "--rate", "5")
+    topic = wait_for(lambda: (json_of("topic", "info", "ported", "--via", via) or {}).get("publishers"),
+                     timeout=20, what="the publisher registered")
+    (pub,) = topic
+    assert (pub["endpoint"], pub["id"]) == (f"127.0.0.1:{client_base + 1}", f"127.0.0.1:{client_base}"), pub
+    assert node.poll() is None
