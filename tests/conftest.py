@@ -13,34 +13,46 @@ from chordpub.launcher import LocalRing
 
 PERIOD = 0.2  # stabilization period used by the ring tests (seconds)
 IN_CI = os.environ.get("CI", "").lower() == "true"
-# what runs first when the suite is spread over workers (pytest-xdist): the longest chains first
-FIRST = ("mininet", "spark", "notebook")
+# the suite's longest chains, started first when it is spread over workers (pytest-xdist)
+FIRST = ("mininet", "spark", "test_chaos", "test_fuzz", "notebook")
 
 
-def _group(item: pytest.Item) -> str | None:
-    """Which worker's queue a test must share: every Mininet test one (one emulated network at a time),
-    every Spark test one (one JVM), each test module one (its module-scoped ring started once); a
-    notebook none (each is a job of its own)."""
-    if item.get_closest_marker("mininet"):
+def suite_group(nodeid: str) -> str:
+    """The worker queue a test must share: every Mininet test one (one emulated network at a time),
+    every Spark test one (one JVM), each other module one (its module-scoped ring is started once); a
+    notebook is a job of its own."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/mininet/"):
         return "mininet"
-    if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+    if path.startswith("tests/spark/"):
         return "spark"
-    path = Path(str(item.fspath))
-    return None if path.suffix == ".ipynb" else path.stem
+    return nodeid if path.endswith(".ipynb") else path
+
+
+def _rank(item: pytest.Item) -> int:
+    group = suite_group(item.nodeid)
+    name = "notebook" if group == item.nodeid else Path(group).stem if "/" in group else group
+    return FIRST.index(name) if name in FIRST else len(FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests for `--dist loadgroup` and put the longest groups first, so that no worker starts
-    a long chain when the others are nearly done. Without xdist the order changes, nothing else."""
-    def rank(item: pytest.Item) -> int:
-        group = _group(item) or "notebook"
-        return FIRST.index(group) if group in FIRST else len(FIRST)
+    """The longest chains first, so that no worker starts one when the others are nearly done."""
+    items.sort(key=_rank)  # stable: a module's tests keep their order
 
-    for item in items:
-        group = _group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=rank)  # stable: a module's tests keep their order
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    """Workers take whole groups (`suite_group`), in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def __init__(self, config: pytest.Config, log) -> None:  # noqa: ANN001
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # keep the order above
+
+        def _split_scope(self, nodeid: str) -> str:
+            return suite_group(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture
