@@ -13,12 +13,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import typer
 
 from chordpub.cli_common import clean_errors
-from sim.lookup import LookupTrace
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from sim.lookup import LookupTrace
 
 sim_app = typer.Typer(help="The large-ring simulator: lookups, load, failures, churn, the Chord paper's figures.",
                       no_args_is_help=True)
@@ -48,6 +52,7 @@ def progress_bar(label: str, total: float) -> Iterator:
 
 def write_lookups(run_dir: Path, name: str, run: str, nodes: int, trace: LookupTrace) -> int:
     """One Parquet file of lookups in the trace schema; ids as decimal strings, NaN latency as null."""
+    import numpy as np
     import pyarrow as pa
 
     from traces.writer import ParquetWriter
@@ -75,6 +80,7 @@ def emit(obj: dict, as_json: bool, lines: list[str]) -> None:
 
 
 def _hops_summary(hops: np.ndarray) -> dict:
+    import numpy as np
     p1, p50, p99 = np.percentile(hops, [1, 50, 99]) if len(hops) else (0, 0, 0)
     return {"mean_hops": float(hops.mean()) if len(hops) else 0.0, "p1_hops": float(p1), "p50_hops": float(p50),
             "p99_hops": float(p99)}
@@ -101,6 +107,8 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     Stretch is the lookup's latency over the direct latency from origin to owner; lookups on all
     cores (compiled: the first run on a machine compiles for a few seconds, `jit_s`).
     """
+    import numpy as np
+
     from sim.latency import LatencyError, from_spec
     from sim.lookup import lookups as run_lookups
     from sim.lookup import trace_of
@@ -176,6 +184,8 @@ def load_cmd(nodes: int = typer.Option(..., help="Real nodes."),
              bits: int = typer.Option(64, help="Id bits."),
              seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
     """Keys per real node (SIGCOMM'01 Figs. 8-9): mean and percentiles."""
+    import numpy as np
+
     from sim.load import load
 
     res = load(nodes, keys, virtual, seed=seed, bits=bits, trials=trials)

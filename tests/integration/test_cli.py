@@ -35,7 +35,9 @@ def test_node_info_json(ring):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) == {"id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns", "records",
-                        "lookups_served", "neighbours_left"}
+                        "lookups_served", "neighbours_left", "remembered", "probes", "probe_bytes", "merges",
+                        "services"}
+    assert set(out["services"]) == {"events", "relay_in", "relay_out"}
     assert out["pns"] == 8  # proximity neighbour selection is on by default
     assert all(set(f) == {"id", "endpoint", "rtt_ms"} for f in out["fingers"] if f is not None)
     ids = sorted(n.id for n in ring.nodes)
