@@ -25,7 +25,11 @@ def test_nodes_and_clients_bound_on_every_interface_are_reached_at_the_advertise
         assert node.endpoint.startswith(f"{ADVERTISED}:") and node.id == key_id(node.endpoint)
     info = json.loads(run_cli("node", "info", ring.nodes[0].endpoint, "--json").stdout)
     assert info["endpoint"] == ring.nodes[0].endpoint
-    assert info["bind"] == "0.0.0.0:" + ring.nodes[0].endpoint.rsplit(":", 1)[1]
+    port = ring.nodes[0].endpoint.rsplit(":", 1)[1]
+    assert info["bind"] == f"0.0.0.0:{port}"
+    # bound on every interface indeed: reached through an address it does not advertise
+    other = run_cli("node", "info", f"127.0.0.3:{port}", "--json")
+    assert other.returncode == 0 and json.loads(other.stdout)["endpoint"] == ring.nodes[0].endpoint, other.stderr
     check = json.loads(run_cli("ring", "check", ring.nodes[1].endpoint, "--json").stdout)
     assert check["consistent"] and {m["bind"].split(":")[0] for m in check["members"]} == {"0.0.0.0"}
 

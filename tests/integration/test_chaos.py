@@ -120,7 +120,14 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
     last = order.index(ring.nodes[0])
     order = order[last + 1:] + order[:last + 1]  # `via` last: kill_set never picks it
     victims = kill_set(order, 0.25)
-    publisher, subscriber = start_reliable_pair(tmp_path, via, count=int(20 * PERIOD * 40))
+    # (c) a reliable stream in each mode on a topic whose owner is killed: in relay mode the owner is
+    # on the data path, in direct mode it holds the registrations
+    ids = sorted(n.id for n in ring.nodes)
+    doomed = {n.id for n in victims}
+    pairs = {mode: start_reliable_pair(tmp_path, via, int(20 * PERIOD * 40), mode,
+                                       next(t for t in (f"chaos-{mode}-{i}" for i in range(10_000))
+                                            if expected_owner(ids, key_id(t, BITS)) in doomed))
+             for mode in ("direct", "relay")}
     try:
         with LookupLoad(ring) as load:
             wait_for(lambda: len(load.results) >= 200, 30, what="200 lookups before the failure")
@@ -141,9 +148,9 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
         with DhtClient(ring.live[0].endpoint) as client:
             lost_keys = [k for k in keys if client.get(k) != k.encode()]
             lost_regs = [t for t in topics if client.get_record(t).get("pub/p1") != t.encode()]
-        sub_report = finish_reliable_pair(publisher, subscriber)
+        sub_reports = {mode: finish_reliable_pair(*pair) for mode, pair in pairs.items()}
     finally:
-        for p in (publisher, subscriber):
+        for p in (p for pair in pairs.values() for p in pair):
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -153,29 +160,32 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
               f"{healed_in:.2f} s "
               f"({healed_in / PERIOD:.1f} periods); lookups during healing {len(during)}, ok "
               f"{sum(r.ok for r in during)}; after: {len(after)}, wrong {len(wrong)}; keys lost {len(lost_keys)}, "
-              f"registrations lost {len(lost_regs)}; reliable pub/sub {sub_report}")
+              f"registrations lost {len(lost_regs)}; reliable pub/sub with its topic's owner killed {sub_reports}")
     assert report["nodes"] == nodes - len(victims)
     assert healed_in <= 5 * PERIOD
     assert not wrong, wrong[:3]
     assert not lost_keys and not lost_regs
-    assert sub_report["received"] == sub_report["expected"] and sub_report["duplicates"] == 0
-    assert sub_report["gaps"] == 0
+    for mode, sub_report in sub_reports.items():
+        assert sub_report["received"] == sub_report["expected"] and sub_report["duplicates"] == 0, mode
+        assert sub_report["gaps"] == 0, mode
 
 
-def start_reliable_pair(tmp_path, via: str, count: int) -> tuple[subprocess.Popen, subprocess.Popen]:  # noqa: ANN001
+def start_reliable_pair(tmp_path, via: str, count: int, mode: str,  # noqa: ANN001
+                        topic: str) -> tuple[subprocess.Popen, subprocess.Popen]:
     """(c): `chordpub sub --reliable` first, then `chordpub pub --reliable` at 40 messages/s."""
     def spawn(name: str, *args: str) -> subprocess.Popen:
+        name = f"{name}-{mode}"
         out = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - the child owns it
         err = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
         return subprocess.Popen([sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
-    sub = spawn("sub", "sub", "--via", via, "--topic", "chaos-stream", "--reliable", "--count", str(count),
+    sub = spawn("sub", "sub", "--via", via, "--topic", topic, "--mode", mode, "--reliable", "--count", str(count),
                 "--seconds", "120", "--json")
-    pub = spawn("pub", "pub", "--via", via, "--topic", "chaos-stream", "--reliable", "--count", str(count),
+    pub = spawn("pub", "pub", "--via", via, "--topic", topic, "--mode", mode, "--reliable", "--count", str(count),
                 "--rate", "40", "--linger", "30")
     pub.expected = count  # type: ignore[attr-defined]
-    sub.out = tmp_path / "sub.out"  # type: ignore[attr-defined]
+    sub.out = tmp_path / f"sub-{mode}.out"  # type: ignore[attr-defined]
     return pub, sub
 
 

@@ -4,9 +4,11 @@ publisher SIGKILLed and restarted from its data directory. Real `chordpub sub`/`
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from pubsub.delivery import COMMIT_EVERY
+from pubsub.durable import FILE
 from tests.conftest import jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink
 
@@ -30,12 +33,20 @@ def sub_args(via: str, topic: str, data: Path) -> list[str]:
             "--format", "json", "--heartbeat", str(HB)]
 
 
+def committed(data: Path) -> int:
+    """The durable subscription's committed position, read from its data directory (one publisher)."""
+    with closing(sqlite3.connect(data / FILE)) as db:
+        (position,) = db.execute("SELECT committed FROM positions WHERE name='crashy'").fetchone()
+    return position
+
+
 def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ring, tmp_path: Path):
     total = 100_000
     via = ring.nodes[0].endpoint
     data = tmp_path / "sub-data"
     outs = [tmp_path / f"run{i}.jsonl" for i in range(3)]
     runs: list[subprocess.Popen] = []
+    committed_at_kill: list[int] = []
 
     def start(i: int) -> subprocess.Popen:
         with open(outs[i], "w") as out:
@@ -60,6 +71,7 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
                 if i in kills:
                     runs[-1].send_signal(signal.SIGKILL)
                     runs[-1].wait(10)
+                    committed_at_kill.append(committed(data))
                     start(kills[i])
                 if i % 1000 == 0:
                     time.sleep(max(t0 + i / rate - time.monotonic(), 0))  # pacing the publisher, not syncing
@@ -94,6 +106,8 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
                     unflagged.append(r["seq"])
             seen.add(r["seq"])
     assert not unflagged, f"delivered twice without the redelivered flag (a committed message): {unflagged[:10]}"
+    for i, position in enumerate(committed_at_kill, 1):  # what was committed at a kill never comes again
+        assert position > 0 and not [r["seq"] for r in rows[i] if r["seq"] <= position], (i, position)
     assert again <= 2 * COMMIT_EVERY, "redeliveries stay within the uncommitted window (one per kill)"
     assert link.dropped, "the link dropped messages: repairs happened"
     print(f"durable crash test: {total} delivered; {len(link.dropped)} dropped by the link and repaired; "
