@@ -143,15 +143,17 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
               "lookups_per_s": round(lookups / lookup_s), "latency_p50_ms": float(lat[0]),
               "latency_p99_ms": float(lat[1]), "topology": topology or "lognormal,median=50,sigma=0.5",
               "pns": pns, "routing": "iterative" if iterative else "recursive",
-              **stretch_summary(stretch(ring, batch, model, iterative))}
+              **stretch_summary(stretch(ring, batch, model, iterative)),
+              **stretch_summary(stretch(ring, batch, model, iterative, reached=True), "stretch_reached")}
     if pns > 1:
         base = run_lookups(ring, lookups, keys=batch.keys, origins=batch.origins, fingers=plain, latency=model,
                            iterative=iterative)
-        plain_stretch = stretch_summary(stretch(ring, base, model, iterative))
+        plain_stretch = {**stretch_summary(stretch(ring, base, model, iterative)),
+                         **stretch_summary(stretch(ring, base, model, iterative, reached=True), "stretch_reached")}
         plain_p50 = float(np.percentile(base.latency_ms, 50))
         result.update({"pns_build_s": round(pns_s, 4), "plain_mean_hops": float(base.hops.mean()),
                        "plain_latency_p50_ms": plain_p50,
-                       **{f"plain_{k}": v for k, v in plain_stretch.items() if k != "stretch_excluded"},
+                       **{f"plain_{k}": v for k, v in plain_stretch.items() if not k.endswith("_excluded")},
                        "latency_p50_reduction": 1 - float(lat[0]) / plain_p50 if plain_p50 > 0 else 0.0})
     if out:
         run_dir = start_run(out, {"command": "sim lookups", **{k: result[k] for k in
@@ -161,13 +163,16 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
         result["run"] = str(run_dir)
     lines = [f"{nodes:,} nodes, {lookups:,} lookups: mean {result['mean_hops']:.3f} hops "
              f"(p1 {result['p1_hops']:g}, p50 {result['p50_hops']:g}, p99 {result['p99_hops']:g}); "
-             f"latency p50 {lat[0]:.1f} ms, p99 {lat[1]:.1f} ms; stretch p50 {_fmt(result['stretch_p50'])}",
+             f"latency p50 {lat[0]:.1f} ms, p99 {lat[1]:.1f} ms; stretch p50 {_fmt(result['stretch_p50'])} "
+             f"(owner named), {_fmt(result['stretch_reached_p50'])} (owner reached)",
              f"build {build_s:.2f} s, lookups {lookup_s:.2f} s ({result['lookups_per_s']:,}/s), "
              f"peak RSS {result['peak_rss_mb']:.0f} MB" + (f"; traces in {result['run']}" if out else "")]
     if pns > 1:
-        lines.append(f"PNS({pns}) vs plain Chord on the same lookups: stretch p50 {_fmt(result['stretch_p50'])} vs "
-                     f"{_fmt(result['plain_stretch_p50'])}, latency p50 {lat[0]:.1f} vs "
-                     f"{result['plain_latency_p50_ms']:.1f} ms ({result['latency_p50_reduction']:.0%} lower)")
+        lines.append(f"PNS({pns}) vs plain Chord on the same lookups: stretch p50 owner reached "
+                     f"{_fmt(result['stretch_reached_p50'])} vs {_fmt(result['plain_stretch_reached_p50'])}, owner "
+                     f"named {_fmt(result['stretch_p50'])} vs {_fmt(result['plain_stretch_p50'])}, "
+                     f"latency p50 {lat[0]:.1f} vs {result['plain_latency_p50_ms']:.1f} ms "
+                     f"({result['latency_p50_reduction']:.0%} lower)")
     emit(result, as_json, lines)
 
 

@@ -116,3 +116,21 @@ def test_numba_delay_equals_the_numpy_model():
     assert one_hop.any()
     # a one-hop lookup's latency is the single delay origin -> the node that named the owner
     assert np.allclose(batch.latency_ms[one_hop], delay(batch.origins[one_hop], batch.last[one_hop]))
+
+
+def test_the_owner_reached_stretch_adds_the_last_step_that_pns_cannot_shorten():
+    ring = random_ring(2000, seed=3)
+    model = from_spec("transit_stub", 2000, seed=3)
+    delay = position_delay(model, ring.real)
+    batch = lookups(ring, 500, seed=6, latency=model)
+    named, reached = stretch(ring, batch, model), stretch(ring, batch, model, reached=True)
+    direct = delay(batch.origins, batch.owners)
+    good = direct > 0
+    last_hop = delay(batch.last, batch.owners)
+    assert np.allclose(reached[good], (batch.latency_ms[good] + last_hop[good]) / direct[good])
+    assert (reached[good] >= named[good]).all() and (reached[good] > named[good]).any()
+    it = lookups(ring, 300, seed=5, latency=model, iterative=True)
+    it_direct = delay(it.origins, it.owners)
+    ok = it_direct > 0
+    assert np.allclose(stretch(ring, it, model, iterative=True, reached=True)[ok],
+                       (it.latency_ms[ok] + 2 * it_direct[ok]) / (2 * it_direct[ok]))
