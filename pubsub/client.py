@@ -37,7 +37,7 @@ from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
-from pubsub.directory import PUB, SUB, subscriber_field, topic_info
+from pubsub.directory import LEASE_HEARTBEATS, PUB, SUB, subscriber_field, topic_info
 from pubsub.durable import DataDir, check_name
 from pubsub.history import RetentionBounds
 from pubsub.io_loop import IoLoop
@@ -200,15 +200,18 @@ class Client:
             self.publishing.remove(topic)
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
-                            min(deadline, time.monotonic() + max(2 * self.heartbeat, 1.0)))
+                            min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
 
     def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
-        """Give the subscribers the owner knows of the moment it takes them to hear of us and connect
-        (bounded: a subscriber that died keeps its registration for a lease)."""
+        """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
+        up to a lease (a subscriber that died keeps its registration that long); one that has not
+        connected by then may miss the first messages, and the log says so."""
+        t0 = time.monotonic()
         while subscribers and self.publishing.in_place(topic) < subscribers:
             if time.monotonic() >= deadline:
-                log.info("%s: %d of %d subscribers connected before the first message", topic,
-                         self.publishing.in_place(topic), subscribers)
+                log.warning("%s: %d of the %d subscribers the owner knows connected within %.1f s; the others "
+                            "(dead, or slow to hear of us) may miss the first messages unless they are reliable",
+                            topic, self.publishing.in_place(topic), subscribers, time.monotonic() - t0)
                 return
             time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
 

@@ -10,7 +10,7 @@ ZeroMQ sockets may pass between threads with a full memory barrier, which the lo
 
 Both are XPUB sockets with XPUB_VERBOSER, so every subscriber's filter, its cancellation, and the
 end of its connection come up to us: `in_place(topic)` is how many subscribers' filters for a topic
-the socket holds now. `advertise` waits (briefly) until it covers the subscribers the topic's owner
+the socket holds now. `advertise` waits (up to a lease) until it covers the subscribers the topic's owner
 knows of, so that a publisher starting after its subscribers does not lose its first messages to
 the slow-joiner effect.
 """

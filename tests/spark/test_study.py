@@ -1,5 +1,6 @@
-"""A 2×1×2 study on the local backend through the CLI: interrupted, resumed without redoing what was
-done, and reported by Spark with the same figures `chordpub analyze` gives each run."""
+"""A 2×1×2 study (two subscribers a point) on the local backend through the CLI: interrupted, resumed
+without redoing what was done, and reported by Spark with the same figures `chordpub analyze` gives
+each run."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from traces.writer import run_complete
 
 pytestmark = pytest.mark.spark
 
-GRID = ["--backend", "local", "--pubs", "1,2", "--subs", "1", "--mode", "direct,relay", "--seconds", "1",
+# 2 publisher counts x 2 modes, each point with 2 subscribers: expected = sent x 2 is checked
+GRID = ["--backend", "local", "--pubs", "1,2", "--subs", "2", "--mode", "direct,relay", "--seconds", "1",
         "--rate", "20"]
 
 
@@ -64,7 +66,7 @@ def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spar
     result = json.loads(report.stdout)
     assert (tmp_path / "study.png").stat().st_size > 10_000
     points = {(p["pubs"], p["subs"], p["mode"]): p for p in result["points"]}
-    assert set(points) == {(p, 1, m) for p in (1, 2) for m in ("direct", "relay")}
+    assert set(points) == {(p, 2, m) for p in (1, 2) for m in ("direct", "relay")}
     analyzed = json.loads(run_cli("analyze", str(study / "runs"), "--json", timeout=300).stdout)
     for p in points.values():
         (run,) = p["runs"]
