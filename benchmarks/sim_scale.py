@@ -5,6 +5,8 @@ Baselines, measured in the same run:
   lookups follow the same next-hop rule in a Python loop), the way PeerSim-style and course-project
   simulators are written, at 10^4 nodes;
 - the simulator itself on one core (NUMBA_NUM_THREADS=1), the figure before it used both.
+The simulator is compared with the per-object ring at the same size (10^4); the 10^6 point is run
+`--repeat` times (5) and given as its median with the range, since this machine's speed varies.
 Each run is its own process, so that its peak RSS is its own.
 
     .venv/bin/python benchmarks/sim_scale.py [--big] [--lookups 1000000]
@@ -99,21 +101,28 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also 10^8 nodes (about 4 GB and a minute)")
     ap.add_argument("--lookups", type=int, default=1_000_000)
     ap.add_argument("--baseline-lookups", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=5, help="runs of the 10^6 point (its median and range)")
     args = ap.parse_args()
     base = baseline(10_000, args.baseline_lookups)
     print(f"baseline: per-object Python ring, 10^4 nodes: build {base['build_s']:.2f} s, "
           f"{base['lookups_per_s']:,.0f} lookups/s, mean {base['mean_hops']:.3f} hops, "
           f"peak RSS {base['peak_rss_mb']:.0f} MB")
+    same_n = simulator(10_000, args.lookups)
+    print(f"the simulator at the same 10^4 nodes: {same_n['lookups_per_s']:,} lookups/s, "
+          f"{same_n['lookups_per_s'] / base['lookups_per_s']:.1f}x the per-object ring")
     one = simulator(1_000_000, args.lookups, threads=1)
     print(f"the simulator on one core, 10^6 nodes: {one['lookups_per_s']:,} lookups/s")
     sizes = [1_000_000, 10_000_000] + ([100_000_000] if args.big else [])
-    print(f"{'nodes':>11} {'build s':>8} {'lookups/s':>11} {'x baseline':>10} {'x 1 core':>8} {'mean hops':>9} "
+    print(f"{'nodes':>11} {'build s':>8} {'lookups/s (median)':>18} {'range':>21} {'x 1 core':>8} {'mean hops':>9} "
           f"{'peak RSS MB':>11}")
     for n in sizes:
-        s = simulator(n, args.lookups)
-        ratio = s["lookups_per_s"] / base["lookups_per_s"]
-        cores = s["lookups_per_s"] / one["lookups_per_s"] if n == 1_000_000 else float("nan")
-        print(f"{n:>11,} {s['build_s']:>8.2f} {s['lookups_per_s']:>11,} {ratio:>10.1f} {cores:>8.2f}"
+        runs = [simulator(n, args.lookups) for _ in range(args.repeat if n == 1_000_000 else 1)]
+        rates = sorted(r["lookups_per_s"] for r in runs)
+        s = runs[0]
+        median = rates[len(rates) // 2]
+        cores = median / one["lookups_per_s"] if n == 1_000_000 else float("nan")
+        spread = f"{rates[0]:,}-{rates[-1]:,}" if len(rates) > 1 else ""
+        print(f"{n:>11,} {s['build_s']:>8.2f} {median:>18,} {spread:>21} {cores:>8.2f}"
               f" {s['mean_hops']:>9.3f} {s['peak_rss_mb']:>11.0f}")
 
 
