@@ -12,7 +12,8 @@ Variants, each a publisher process and a subscriber process on loopback:
   reliable  the same with --reliable (sequence check, in-order buffer, tail repair) and history;
   relay     chordpub through the topic owner's XSUB/XPUB relay (one more process on the path).
 Each run has two phases on one stream:
-  paced       --paced messages at 2000/s: latency p50/p99 (sent_ns to delivery, wall clock);
+  paced       --paced messages at 2000/s: latency p50/p99 (sent_ns to recv_ns, wall clock: until the
+              frame left the subscriber's socket, before the callback runs);
   throughput  --messages sent as fast as the publisher can: messages per second at the subscriber,
               from the first to the last delivery of the phase.
 Variants are interleaved and repeated (--repeat); medians are reported, each as a ratio of raw.
