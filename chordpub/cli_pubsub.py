@@ -153,8 +153,9 @@ def pub(
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
     sent = 0
     listen = listen_addresses(host, bind, advertise)
-    with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="publisher", name=name,
-                data_dir=data_dir, connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
+    with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
+                role="publisher", name=name, data_dir=data_dir, connect_timeout=connect_timeout,
+                metrics_port=metrics_port, ports=ports) as client:
         _say_metrics(client)
         try:
             for t in topic:
@@ -289,8 +290,8 @@ def sub(
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
         listen = listen_addresses(host, bind, advertise)
-        with Client(via, host=listen.host, bind=listen.bind, heartbeat=heartbeat, curve=curve, role="subscriber",
-                    trace=trace, trace_run=run,
+        with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
+                    role="subscriber", trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
                     connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
             _say_metrics(client)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ from chordpub import Client
 from chordpub.launcher import wait_for
 from dht.ids import key_id
 from tests.conftest import one_error_line, run_cli
+from tests.helpers.ports import free_consecutive
 
 ADVERTISED = "127.0.0.2"
 
@@ -64,27 +64,6 @@ def test_an_address_that_cannot_be_bound_or_advertised_is_one_line():
     one_error_line(run_cli("sub", "--via", "127.0.0.1:1", "--topic", "t", "--advertise", "h:0"), "--advertise")
     one_error_line(run_cli("pub", "--via", "127.0.0.1:1", "--topic", "t", "--message", "x", "--bind", "10.1.2.3"),
                    "10.1.2.3")
-
-
-def free_consecutive(n: int) -> int:
-    """A port from which n consecutive ports are free now (bound together, then released)."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            base = first.getsockname()[1]
-            if base + n > 65535:
-                continue
-            rest = [socket.socket() for _ in range(n - 1)]
-            try:
-                for i, s in enumerate(rest, 1):
-                    s.bind(("127.0.0.1", base + i))
-                return base
-            except OSError:
-                continue
-            finally:
-                for s in rest:
-                    s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def json_of(*args: str) -> dict | None:

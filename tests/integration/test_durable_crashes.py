@@ -18,7 +18,8 @@ from chordpub.launcher import wait_for
 from pubsub.delivery import COMMIT_EVERY
 from pubsub.durable import FILE
 from tests.conftest import jsonl, start_module_ring
-from tests.helpers.lossy import LossyLink
+from tests.helpers.lossy import LossyLink, TcpForward
+from tests.helpers.ports import free_consecutive
 
 HB = 0.3
 
@@ -116,39 +117,71 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
 
 def test_a_publisher_killed_and_restarted_continues_its_sequence_and_repairs_the_gap(ring, procs,
                                                                                      tmp_path: Path):
+    """The network between the publisher and its durable subscriber goes down, the publisher goes on
+    sending for a while and is SIGKILLed; the network comes back and the publisher is restarted from
+    its data directory. What it sent just before it died never reached the subscriber live: the
+    restarted process must serve it from its journal, as a repair (recovered), in one sequence.
+
+    The publisher binds 127.0.0.1 and advertises 127.0.0.2, where a LossyLink (its PUB socket) and a
+    TcpForward (its history and repair service) stand in for the network. To see it fail, make
+    `Publication.restore` keep none of the messages the data directory returns
+    (`self.history.restore(last_seq, [])`): the missed range is then dead-lettered as "no longer
+    retained by the publisher" and the sequence has a hole."""
     via = ring.nodes[1].endpoint
+    base = free_consecutive(2, hosts=("127.0.0.1", "127.0.0.2"))
+    link = LossyLink(f"127.0.0.1:{base + 1}", "phoenix", rate=0.0, bind=f"127.0.0.2:{base + 1}")
+    service = TcpForward(("127.0.0.2", base), ("127.0.0.1", base))
     pub = ["pub", "--via", via, "--topic", "phoenix", "--count", "0", "--rate", "2000", "--size", "64",
-           "--data-dir", str(tmp_path / "pub-data"), "--name", "phoenix-pub", "--heartbeat", str(HB)]
-    with Client(via, heartbeat=HB, data_dir=tmp_path / "sub-data") as client:
-        sub = client.subscribe("phoenix", durable="watcher")
-        got: list = []
+           "--data-dir", str(tmp_path / "pub-data"), "--name", "phoenix-pub", "--heartbeat", str(HB),
+           "--bind", "127.0.0.1", "--advertise", "127.0.0.2", "--ports", str(base)]
+    try:
+        with Client(via, heartbeat=HB, data_dir=tmp_path / "sub-data") as client:
+            sub = client.subscribe("phoenix", durable="watcher")
+            got: list = []
 
-        def take(n: int) -> bool:
-            while (m := sub.get(timeout=0.05)) is not None:
-                got.append(m)
-            return len(got) >= n
+            def take(n: int) -> bool:
+                while (m := sub.get(timeout=0.05)) is not None:
+                    got.append(m)
+                return len(got) >= n
 
-        first = procs("pub1", *pub)
-        wait_for(lambda: take(3000), 30, what="3000 messages from the first publisher")
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-        last_before = max(m.seq for m in got)
-        procs("pub2", *pub)
-
-        def restart_at() -> int | None:
-            """Where the restarted process's messages begin: it counts its synthetic payloads from 0
-            again (what the first one journaled but had not delivered before the kill comes first)."""
-            ids = [int.from_bytes(m.payload[:8], "big") for m in got]
-            return ids.index(0, 1) if 0 in ids[1:] else None
-
-        def flowing_again() -> bool:
+            first = procs("pub1", *pub)
+            wait_for(lambda: take(3000), 30, what="3000 messages from the first publisher")
+            link.cut = True  # the network goes down: nothing live, no repair
+            service.hold()
+            wait_for(lambda: len(link.dropped) >= 500, 30, what="500 messages sent into the cut")
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
             take(0)
-            at = restart_at()
-            return at is not None and len(got) - at >= 2000
+            last_before = max(m.seq for m in got)
+            missed = set(link.dropped)
+            link.cut = False
+            service.release()
+            procs("pub2", *pub)
 
-        wait_for(flowing_again, 60, what="2000 messages from the restarted publisher")
+            def restart_at() -> int | None:
+                """Where the restarted process's live messages begin: it counts its synthetic payloads
+                from 0 again."""
+                ids = [int.from_bytes(m.payload[:8], "big") for m in got]
+                return ids.index(0, 1) if 0 in ids[1:] else None
+
+            def flowing_again() -> bool:
+                take(0)
+                at = restart_at()
+                return at is not None and len(got) - at >= 2000
+
+            wait_for(flowing_again, 60, what="2000 messages from the restarted publisher")
+    finally:
+        link.close()
+        service.close()
     seqs = [m.seq for m in got]
     assert seqs == list(range(1, len(seqs) + 1)), "one sequence across the crash, no gap, no repeat"
     assert {m.publisher for m in got} == {"phoenix-pub"}
+    assert min(missed) == last_before + 1, "the cut began after the last message that arrived live"
+    repaired = [m for m in got if m.seq in missed]
+    assert len(repaired) == len(missed) >= 500 and all(m.recovered for m in repaired), \
+        "what the first process sent into the cut came from the restarted one's journal, as a repair"
     restart = restart_at()
-    assert seqs[restart] > last_before, "the restarted publisher numbers after everything it had sent"
+    assert seqs[restart] > max(missed), "the restarted publisher numbers after everything it had sent"
+    assert all(int.from_bytes(m.payload[:8], "big") == m.seq - 1 for m in repaired), "the first process's payloads"
+    print(f"publisher restart: {len(missed)} messages sent into the cut before the kill, all repaired by the "
+          f"restarted publisher ({sub.stats.recovered} recovered)")

@@ -7,24 +7,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
 
 from chordpub.launcher import wait_for
+from tests.helpers.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_make_notebooks_serves_them(tmp_path):
-    port = free_port()
+    (port,) = free_ports(1)
     log = open(tmp_path / "lab.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(["make", "-s", "notebooks", f"NOTEBOOK_ARGS=--port={port} --ip=127.0.0.1 "
                              f"--ServerApp.port_retries=0 --ServerApp.runtime_dir={tmp_path / 'rt'}"],

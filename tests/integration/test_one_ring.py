@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -21,19 +20,9 @@ from chordpub.launcher import LocalRing, await_ready, spawn_node, stop_processes
 from dht.client import DhtClient
 from pubsub.directory import topic_info
 from tests.conftest import PERIOD, run_cli
+from tests.helpers.ports import free_ports
 
 HEARTBEAT = 0.3
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def owners(via: str, keys: list[str]) -> list[int | None]:
