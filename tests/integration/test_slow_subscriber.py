@@ -1,0 +1,148 @@
+"""A subscriber slower than its publishers: what it loses is counted and said, and its memory holds
+flat however much it is sent (README, "A subscriber slower than its publishers is told").
+
+Three limits take the strain, each tested here with its feature's line named:
+- the high-water marks (publisher's SNDHWM and subscriber's RCVHWM, 10,000 each): an application that
+  holds the io loop loses what overflows them; the gap is counted in `lost`/`gaps` when the next
+  message shows it, and a warning says so once a heartbeat with the loss since the last one. To see
+  it fail, remove the warning in `IoLoop._beat`, or make `SeqWindow.add` report no gaps;
+- the subscription's `pending_limit`: an application that never takes its messages has what exceeds
+  it dropped, counted in `dropped` and warned of. To see it fail, make `Subscription.deliver` keep
+  every message (`room = len(messages)`): the count stays 0 and the process grows by the whole stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from chordpub import Client
+from chordpub.launcher import stop_processes, wait_for
+from tests.conftest import start_module_ring
+
+HB = 0.2
+PAYLOAD = b"x" * 1000  # 1 kB: the high-water marks and the socket buffers overflow within 60,000 messages
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "slow-ring", 2)
+
+
+def test_a_subscriber_that_holds_its_loop_loses_at_the_high_water_marks_counts_it_and_says_so(ring, caplog):
+    via = ring.nodes[0].endpoint
+    gate = threading.Event()
+    gate.set()
+    seen: list[int] = []
+
+    def slow(msg) -> None:  # noqa: ANN001
+        seen.append(msg.seq)
+        gate.wait(60)  # the application holds the io loop until the test lets it go
+
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as subscriber, \
+            caplog.at_level(logging.WARNING, logger="pubsub.io_loop"):
+        sub = subscriber.subscribe("slow", callback=slow)
+        last = 0
+
+        def settled() -> bool:
+            """The subscriber has our newest message; else send one more (the newest may itself have
+            been lost at a high-water mark, and only a later one shows the gap)."""
+            nonlocal last
+            if seen and seen[-1] == last:
+                return True
+            last = publisher.publish("slow", PAYLOAD)
+            return False
+
+        def loss_warnings() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "messages lost so far" in r.getMessage()]
+
+        told = 0
+        for burst in (1, 2):
+            gate.clear()
+            last = publisher.publish("slow", PAYLOAD)  # the loop takes this one and stays in the callback
+            wait_for(lambda n=last: seen and seen[-1] == n, 30, what="the callback holding the loop")
+            for _ in range(60_000):
+                last = publisher.publish("slow", PAYLOAD)
+            gate.set()
+            wait_for(settled, 60, interval=0.2, what="the newest message after the burst")
+            wait_for(lambda b=burst: len(loss_warnings()) >= b, 10 * HB + 5, what=f"the loss warning of burst {burst}")
+            warnings, lost = loss_warnings(), sub.lost
+            assert len(warnings) == burst, "one warning a heartbeat with new losses, not one per message"
+            assert f"{lost} messages lost so far ({lost - told} since the last heartbeat)" in warnings[-1], \
+                (lost, told, warnings)
+            told = lost
+        summary = sub.summary()
+    assert summary["lost"] == summary["gaps"] == told > 0
+    assert summary["received"] == len(seen) and summary["received"] + summary["lost"] == last, \
+        "every message either delivered or counted lost"
+    assert summary["expected"] == last and summary["duplicates"] == 0
+    print(f"slow subscriber: {summary['lost']} of {last} lost at the high-water marks in two bursts, "
+          f"warned as {warnings}")
+
+
+SUBSCRIBER = """
+import json, sys
+from chordpub import Client
+with Client(sys.argv[1], heartbeat=0.2) as client:
+    sub = client.subscribe(sys.argv[2], pending_limit=1000)  # and never takes a message
+    print("ready", flush=True)
+    for _ in sys.stdin:  # each line the test writes asks for the figures
+        print(json.dumps({**sub.summary(), "queued": sub.pending}), flush=True)
+"""
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_an_application_that_never_takes_its_messages_has_them_dropped_counted_and_its_memory_flat(ring):
+    via = ring.nodes[1].endpoint
+    proc = subprocess.Popen([sys.executable, "-c", SUBSCRIBER, via, "hoard"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+
+        def figures() -> dict:
+            proc.stdin.write("?\n")
+            proc.stdin.flush()
+            return json.loads(proc.stdout.readline())
+
+        with Client(via, heartbeat=HB) as publisher:
+            publisher.advertise("hoard")
+            sent, rss = 0, []
+            for target in (50_000, 250_000):
+                while sent < target:
+                    sent += 1
+                    publisher.publish("hoard", PAYLOAD)
+                last = sent
+
+                def through(last: int = last) -> dict | None:
+                    nonlocal sent
+                    f = figures()
+                    if f["received"] + f["lost"] >= sent:
+                        return f
+                    sent += 1  # the last message may be lost at a high-water mark: send another
+                    publisher.publish("hoard", PAYLOAD)
+                    return None
+
+                f = wait_for(through, 60, interval=0.2, what=f"message {last} seen by the subscriber")
+                rss.append(rss_mb(proc.pid))
+    finally:
+        stop_processes([proc], grace=5)
+    stderr = proc.stderr.read()
+    assert f["queued"] == 1000, "the queue holds pending_limit messages"
+    assert f["dropped"] == f["received"] - 1000 > 150_000, "what did not fit was dropped and counted"
+    assert "the application is not keeping up" in stderr and "messages dropped so far" in stderr
+    assert f["received"] + f["lost"] == sent
+    assert rss[1] - rss[0] < 16, f"RSS grew from {rss[0]:.0f} to {rss[1]:.0f} MB over 200,000 more messages"
+    print(f"hoarding subscriber: {f['dropped']} dropped of {f['received']} received, {f['lost']} lost at the "
+          f"high-water marks; RSS {rss[0]:.1f} MB at 50,000 and {rss[1]:.1f} MB at {sent} messages of 1 kB")
