@@ -83,7 +83,22 @@ def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spar
         assert p["expected"] == sent * p["subs"] and p["lost"] == p["expected"] - (p["deliveries"] - p["duplicates"])
         assert p["deliveries"] > 0 and p["latency_p50_ms"] <= p["latency_p90_ms"] <= p["latency_p99_ms"]
     assert len(result["cdf"]) == 4 and all(len(c["quantiles_ms"]) == 101 for c in result["cdf"])
-    assert set(result["patterns"]) >= {"1", "2", "3", "4", "5"}
+    verdicts = result["patterns"]
+    # the verdicts follow from these measured points: pattern 1 from the two (direct, relay) pairs,
+    # pattern 2 from each mode's p99/p50; 3-5 need 3 distinct loads, which a 2x1x2 grid has not
+    pairs = [(points[(p, 2, "direct")], points[(p, 2, "relay")]) for p in (1, 2)]
+    faster = sum(r["latency_p50_ms"] > d["latency_p50_ms"] for d, r in pairs)
+    assert (verdicts["1"]["pairs"], verdicts["1"]["direct_faster"]) == (2, faster)
+    assert verdicts["1"]["holds"] is {0: False, 1: False, 2: True}[faster]
+    tails = {m: sorted(points[(p, 2, m)]["latency_p99_ms"] / points[(p, 2, m)]["latency_p50_ms"] for p in (1, 2))
+             for m in ("direct", "relay")}
+    medians = {m: round((t[0] + t[1]) / 2, 3) for m, t in tails.items()}
+    assert verdicts["2"]["p99_over_p50_median"] == pytest.approx(medians, abs=0.002)
+    excess = medians["relay"] / medians["direct"]
+    assert verdicts["2"]["relay_over_direct"] == pytest.approx(excess, rel=0.01)
+    if not (1.09 < excess < 1.11 or 1.19 < excess < 1.21):  # (on a threshold's edge, rounding decides)
+        assert verdicts["2"]["holds"] is (True if excess >= 1.2 else False if excess < 1.1 else None)
+    assert (verdicts["3"]["holds"], verdicts["4"]["holds"], verdicts["5"]["holds"]) == (None, None, None)
 
 
 def test_study_commands_refuse_bad_input_in_one_line(tmp_path):

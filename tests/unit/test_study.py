@@ -98,6 +98,27 @@ def test_the_five_patterns_on_a_broker_that_grows_quadratically_and_a_direct_pat
     assert v["5"]["holds"]
 
 
+def test_a_relay_faster_with_no_heavier_tail_that_grows_slower_than_direct_fails_patterns_1_2_and_4():
+    """The false branches: the relay faster (1), its tail no heavier than direct's (2), its latency
+    growing more slowly (4): each said False, not "cannot tell"."""
+    points = []
+    for p in (1, 2, 4, 8):
+        for s in (1, 2, 4, 8):
+            x = p * s
+            points.append(point("direct", p, s, 1.0 + 0.01 * x ** 2, (1.0 + 0.01 * x ** 2) * 3.0))
+            points.append(point("relay", p, s, 0.5 + 0.001 * x, (0.5 + 0.001 * x) * 2.0))
+    v = patterns(points)
+    assert v["2"]["holds"] is False and v["2"]["relay_over_direct"] < 1.1
+    assert v["4"]["holds"] is False and v["4"]["z"] < -1.96
+    assert v["1"]["holds"] is False and v["1"]["direct_faster"] == 0
+
+
+def test_tails_alike_within_ten_to_twenty_percent_cannot_tell_pattern_2():
+    points = [point(m, p, 1, 1.0, 2.0 * (1.15 if m == "relay" else 1.0)) for m in ("direct", "relay")
+              for p in (1, 2)]
+    assert patterns(points)["2"]["holds"] is None
+
+
 def test_flat_latency_does_not_grow_and_few_points_cannot_tell():
     flat = [point(m, p, s, 1.0 + 0.001 * ((p + s) % 3), 1.1) for m in ("direct", "relay")
             for p in (1, 2, 4) for s in (1, 2, 4)]
