@@ -1,5 +1,9 @@
 """Bound and advertised apart, on loopback: nodes and clients bind every interface and tell the ring
-127.0.0.2 (also this machine's loopback), as a container binds 0.0.0.0 and advertises its host's name."""
+127.0.0.2 (also this machine's loopback), as a container binds 0.0.0.0 and advertises its host's name.
+
+To see it fail, make `dht.transport.RpcServer` bind the advertised address instead of the bound one
+while still reporting `bind: 0.0.0.0:P`: the node is no longer reached through 127.0.0.3, an address
+it does not advertise ("no reply from 127.0.0.3:P within 5s")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
-"""Every command that needs a live peer ends within its --connect-timeout, with one line and a non-zero
-exit; a subscriber that receives nothing says so; losing the entry node mid-run is not fatal."""
+"""Every command that needs a live peer ends within its --connect-timeout, with one line and exit status
+2; a subscriber that receives nothing says so; losing the entry node mid-run is not fatal.
+
+To see them fail: add `time.sleep(4)` after the connect timeout in `chordpub.cli_common.dht_client`
+(the deadline test reports how long the command took against the interpreter's start-up); make
+`DhtClient._learn` return at once (the client then knows only its entry node, and the subscription
+made after that node died raises "could not subscribe ... within 10s")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Study grids and their checks (topologies/study.py) and the five patterns' verdicts (traces/patterns.py),
-without processes."""
+without processes: each pattern true, false and "cannot tell". To see it fail, make pattern 2's or 4's
+false branch return None in `traces.patterns.patterns`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,37 @@
+"""The suite's habits that a reader relies on: every acceptance test listed in docs/testing.md says in
+its docstring how to see it fail, and every test that says so is listed there."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTE = re.compile(r"To see (it|them|these) fail")
+
+
+def listed() -> set[str]:
+    table = (ROOT / "docs" / "testing.md").read_text()
+    return set(re.findall(r"^\| `(tests/[\w/]+\.py)` \|", table, flags=re.MULTILINE))
+
+
+def docstrings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+    return [" ".join(d.split()) for d in map(ast.get_docstring, nodes) if d]
+
+
+def test_every_listed_acceptance_test_says_how_to_see_it_fail():
+    files = listed()
+    assert len(files) >= 10, files
+    missing = [f for f in sorted(files) if not (ROOT / f).exists()]
+    assert not missing, f"docs/testing.md names files that do not exist: {missing}"
+    silent = [f for f in sorted(files) if not any(NOTE.search(d) for d in docstrings(ROOT / f))]
+    assert not silent, f"no 'To see it fail' note in a docstring of {silent}"
+
+
+def test_every_test_that_says_how_to_see_it_fail_is_listed():
+    saying = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+              if any(NOTE.search(d) for d in docstrings(p))}
+    assert saying - listed() == set(), "add them to the table in docs/testing.md"
