@@ -33,6 +33,7 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.spread import said, verdict  # noqa: E402
 from chordpub.launcher import LocalRing, stop_processes, wait_for  # noqa: E402
 from dht.client import DhtClient  # noqa: E402
 
@@ -166,8 +167,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
         return
-    print(f"p50 / ((mean hops + 1) x raw RTT), median of {len(runs)} runs: {summary['median_ratio']:.3f} "
-          f"like-for-like (goal <= 1.5); {summary['median_ratio_vs_hot']:.3f} against one hot process")
+    ratios = [r["ratio"] for r in runs]
+    print(f"p50 / ((mean hops + 1) x raw RTT), like-for-like: {said(ratios, '.3f')}, goal <= 1.5 "
+          f"{verdict(ratios, lambda x: x <= 1.5)}; against one hot process: "
+          f"{said([r['ratio_vs_hot'] for r in runs], '.3f')}")
 
 
 if __name__ == "__main__":
