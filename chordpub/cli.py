@@ -23,6 +23,7 @@ from chordpub import (
     cli_sim,
     cli_sim_paper,
     cli_study,
+    cli_sub,
     cli_topo,
 )
 from chordpub.cli_common import CURVE_HELP, clean_errors, fail, log_file_option, log_level_option, setup_logging
@@ -50,7 +51,7 @@ app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring 
 app.add_typer(cli_node.node_app, name="node")
 app.add_typer(cli_ring.ring_app, name="ring")
 app.command("pub")(cli_pubsub.pub)
-app.command("sub")(cli_pubsub.sub)
+app.command("sub")(cli_sub.sub)
 app.add_typer(cli_pubsub.topic_app, name="topic")
 app.add_typer(cli_dlq.dlq_app, name="dlq")
 cli_sim.sim_app.command("paper")(cli_sim_paper.paper_cmd)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -177,3 +179,23 @@ def metrics_port_option() -> Any:
     return typer.Option(None, "--metrics-port", min=0, max=65535,
                         help="Serve Prometheus metrics on http://HOST:PORT/metrics (0: a free port, named in the "
                              "log); off by default.")
+
+
+MODES = ("direct", "relay")
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+def stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def say_metrics(client) -> None:  # noqa: ANN001 - a chordpub.Client
+    if client.metrics_endpoint:
+        typer.echo(f"metrics on http://{client.metrics_endpoint}/metrics", err=True)

@@ -226,6 +226,8 @@ _peers = decode_peers
 string = _str
 uint = decode_id
 blob = _bytes
+boolean = _bool
+seconds = _ttl
 
 
 def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:

@@ -37,10 +37,31 @@ from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
-from pubsub.directory import LEASE_HEARTBEATS, PUB, SUB, subscriber_field, topic_info
+from pubsub.directory import (
+    GRP,
+    LEASE_HEARTBEATS,
+    PUB,
+    SUB,
+    member_field,
+    member_value,
+    members_from_fields,
+    subscriber_field,
+    topic_info,
+)
+from pubsub.dispatch import (
+    DEFAULT_ACK_WAIT,
+    DEFAULT_MAX_DELIVER,
+    DEFAULT_PREFETCH,
+    MAX_PREFETCH,
+    ORDERINGS,
+    GroupTerms,
+    check_group,
+)
 from pubsub.durable import DataDir, check_name
+from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.history import RetentionBounds
 from pubsub.io_loop import IoLoop
+from pubsub.member import GroupMembership
 from pubsub.message import DeadLetter, Message
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
@@ -199,8 +220,36 @@ class Client:
             self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
             self.publishing.remove(topic)
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
+        if mode == "direct":
+            self._expect_groups(topic)
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
                             min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
+
+    def _expect_groups(self, topic: str) -> None:
+        """The consumer groups the topic's record lists are owed our messages from the first one on,
+        before their members have joined us (they do as soon as they hear of us)."""
+        answer: Future = Future()
+
+        def ask() -> None:
+            try:
+                fields = self.registrar.dht.record_item({"k": topic, "read": GRP}).get("fields") or {}
+                answer.set_result(members_from_fields(fields if isinstance(fields, dict) else {}))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                answer.set_exception(exc)
+
+        self.registrar.call(ask)
+        try:
+            groups = answer.result(self.timeout)
+        except (FutureTimeout, DhtError) as exc:
+            log.warning("%s: could not read the topic's consumer groups (%s); members get what is published "
+                        "once they join", topic, exc)
+            return
+        for group, members in groups.items():
+            terms = next(iter(members.values()))
+            with self.publishing.lock:
+                self.publishing.groups.expect(topic, group, GroupTerms(
+                    terms.get("ordering", "none"), max_deliver=int(terms.get("max_deliver") or 5),
+                    durable=bool(terms.get("durable"))))
 
     def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
         """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
@@ -215,8 +264,16 @@ class Client:
                 return
             time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
 
-    def publish(self, topic: str, payload: bytes | str) -> int:
-        """Send one message on `topic` to its subscribers; returns its sequence number (from 1)."""
+    def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
+                priority: int = DEFAULT_PRIORITY) -> int:
+        """Send one message on `topic` to its subscribers (and to one member of each consumer group);
+        returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
+        to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
+        messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS):
+            raise ValueError(f"a key is 1..{MAX_KEY_CHARS} characters of text, got {key!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise ValueError(f"priority is an integer in 0..9, got {priority!r}")
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         elif not isinstance(payload, bytes | bytearray | memoryview):
@@ -225,13 +282,16 @@ class Client:
             raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
         if topic not in self.publishing.publications:
             self.advertise(topic)
-        return self.publishing.publish(topic, bytes(payload)).seq
+        return self.publishing.publish(topic, bytes(payload), key, priority).seq
 
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
                   callback: Callable[[Message], None] | None = None, timeout: float | None = None,
-                  pending_limit: int = PENDING_LIMIT, durable: str | None = None,
-                  auto_commit: bool = True, history_policy: str = "at_least") -> Subscription:
+                  pending_limit: int = PENDING_LIMIT, durable: str | bool | None = None,
+                  auto_commit: bool = True, history_policy: str = "at_least", group: str | None = None,
+                  prefetch: int = DEFAULT_PREFETCH, ack_wait: float = DEFAULT_ACK_WAIT,
+                  max_deliver: int = DEFAULT_MAX_DELIVER, ordering: str = "none",
+                  auto_ack: bool = True) -> Subscription:
         """Follow `topic` from every publisher. Returns once each publisher known now has our
         subscription in place, so nothing published after this returns is missed; a publisher that
         appears later is connected as soon as the topic's owner tells us of it.
@@ -249,10 +309,26 @@ class Client:
         after it, and publishers retain what it has not acknowledged (pubsub/positions.py says
         exactly when positions are committed; `auto_commit=False` leaves it to `Message.commit()`).
         Called from a callback, it returns at once (the io thread cannot wait on itself) and the
-        subscription is in place soon."""
+        subscription is in place soon.
+
+        `group`: join the consumer group of that name instead (a work queue: each message of the topic
+        goes to one live member of each group, and to every plain subscriber; docs/contracts.md,
+        "Consumer groups"): `prefetch` messages at most unacknowledged per publisher (its credit),
+        `ack_wait` seconds before an unacknowledged message goes to another member, `max_deliver`
+        deliveries before it is dead-lettered, `ordering="key"` for one member at a time per key in
+        publish order, `durable=True` for a backlog that outlives every member and the publisher's
+        restart (the publisher needs a data directory). A callback returning acks its message
+        (raising naks it), and with get() a message is acked when the next one is asked for; with
+        `auto_ack=False`, `msg.ack()` and `msg.nak()` do it. A group's callbacks run on the client's
+        callback thread, so that slow work never holds the io loop (its acks and lease renewals)."""
         self._check_open()
         check_topic(topic)
         check_mode(mode)
+        if group is not None:
+            return self._join_group(topic, group, mode, callback, timeout, pending_limit, durable, history,
+                                    reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
+        if isinstance(durable, bool):
+            raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
         if history_policy not in HISTORY_POLICIES:
             raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
         if literal_note(topic):
@@ -299,6 +375,59 @@ class Client:
         except FutureTimeout:
             self.unsubscribe(topic)
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
+
+    def _join_group(self, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
+                    timeout: float | None, pending_limit: int, durable: object, history: int, reliable: bool,
+                    prefetch: int, ack_wait: float, max_deliver: int, ordering: str, auto_ack: bool) -> Subscription:
+        check_group(group)
+        if mode != "direct":
+            raise ValueError("consumer groups are dispatched directly by each publisher: mode must be direct")
+        if history or reliable:
+            raise ValueError("a consumer group member takes neither history nor reliable: the group's "
+                             "delivery is acknowledged already")
+        if durable is not None and not isinstance(durable, bool):
+            raise ValueError("in a consumer group, durable is True or False")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= MAX_PREFETCH:
+            raise ValueError(f"prefetch must be an integer in 1..{MAX_PREFETCH}, got {prefetch!r}")
+        if isinstance(max_deliver, bool) or not isinstance(max_deliver, int) or max_deliver < 1:
+            raise ValueError(f"max_deliver must be a positive integer, got {max_deliver!r}")
+        if isinstance(ack_wait, bool) or not isinstance(ack_wait, int | float) or not 0 < ack_wait <= 86_400:
+            raise ValueError(f"ack_wait must be seconds in (0, 86400], got {ack_wait!r}")
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
+        terms = GroupTerms(ordering, float(ack_wait), max_deliver, bool(durable))
+        state = GroupMembership(topic, group, self.id, prefetch, terms, auto_ack, on_dead_letter=self._dead_letter)
+        state.wake = self.io.wake
+        with self._lock:
+            if topic in self._subscriptions:
+                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
+            if callback is not None and self._dispatcher is None:
+                self._dispatcher = Dispatcher(self.id)  # a group's callbacks never hold the io loop
+            handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher if callback else None,
+                                  max(pending_limit, prefetch), wake=self.io.wake)  # type: ignore[arg-type]
+            self._subscriptions[topic] = handle
+        wait = self.timeout if timeout is None else timeout
+        ready: Future = Future()
+
+        def placed(reg: Registration) -> None:
+            publishers = reg.all_publishers()
+            self.io.call(lambda: self.io.members.attach(state, handle, publishers, ready, wait))
+
+        reg = Registration(topic, member_field(group, self.id),
+                           member_value(prefetch, ordering, float(ack_wait), max_deliver, bool(durable)), watch=True,
+                           on_placed=placed, on_publishers=lambda r: self.io.call(
+                               lambda: self.io.members.set_publishers(topic, r.all_publishers())))
+        self.registrar.call(lambda: self.registrar.register(reg))
+        if threading.current_thread() is self.io.thread:
+            return handle
+        try:
+            return ready.result(wait)
+        except FutureTimeout:
+            self.unsubscribe(topic)
+            raise DhtError(f"could not join group {group!r} of {topic!r} via {self.via} within {wait:g}s") from None
+        except ValueError:
+            self.unsubscribe(topic)
+            raise
 
     def topic_info(self, topic: str, timeout: float | None = None) -> dict:
         """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its
@@ -349,7 +478,9 @@ class Client:
         deleted = threading.Event()
 
         def unregister() -> None:
-            self.registrar.unregister(topic, subscriber_field(handle._state.mode, self.id))
+            group = handle.group
+            self.registrar.unregister(topic, member_field(group, self.id) if group is not None
+                                      else subscriber_field(handle._state.mode, self.id))
             deleted.set()
 
         self.registrar.call(unregister)

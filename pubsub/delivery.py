@@ -62,6 +62,9 @@ class Subscription:
         self._last_warning = float("-inf")
         self.pending = 0  # messages handed over but not yet taken (queue or dispatcher)
         self.was_full = False
+        # a consumer group's member acks each message its callback returned from (or get() moved past)
+        self.acks_each = bool(getattr(state, "group", None)) and state.auto_ack  # type: ignore[union-attr]
+        self.group = getattr(state, "group", None)
 
     # -- the application's side ------------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Message | None:
@@ -101,6 +104,8 @@ class Subscription:
         taken, self._taken = self._taken, None
         if taken is not None and self.positions is not None and self.positions.auto_commit:
             self.positions.commit(taken)
+        if taken is not None and self.acks_each:
+            taken.ack()
 
     def unsubscribe(self) -> None:
         """Stop: nothing more of this topic is delivered once this returns, and the topic's owner drops
@@ -181,9 +186,13 @@ class Subscription:
 
     def failed(self, msg: Message, exc: Exception) -> None:
         """The callback raised on `msg`: the application's bug, logged; the message goes to the
-        dead-letter queue with its payload, and the next message is still delivered."""
+        dead-letter queue with its payload (a consumer group's is naked: sent again, and dead-lettered
+        on its last delivery), and the next message is still delivered."""
         log.error("callback of %s failed on seq %d of %s: %s: %s", self.topic, msg.seq, msg.publisher,
                   type(exc).__name__, exc, exc_info=exc)
+        if self.group is not None:
+            msg.nak()
+            return
         if self._on_dead_letter is not None:
             self._on_dead_letter(DeadLetter(msg.topic, msg.publisher, self._state.subscriber, msg.seq, msg.seq,
                                             f"callback raised {type(exc).__name__}: {exc}"[:500], time.time(),
@@ -221,6 +230,9 @@ def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
         except Exception as exc:
             errors += 1
             sub.failed(msg, exc)
+        else:
+            if sub.acks_each:
+                msg.ack()
         if i + 1 - done >= COMMIT_EVERY:  # a long batch (a repaired gap releasing thousands) commits as it goes
             sub.called_back(messages[done:i + 1])
             done = i + 1

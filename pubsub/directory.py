@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 PUB = "pub/"
 SUB = "sub/"
+GRP = "grp/"  # "grp/<group>/<client id>": a member of a consumer group, with its terms
 LEASE_HEARTBEATS = 3
 
 
@@ -89,6 +90,31 @@ def leader(publishers: list[PublisherEntry]) -> PublisherEntry | None:
     return min(ranked, key=lambda p: (-p.strength, p.id))
 
 
+def member_field(group: str, client_id: str) -> str:
+    return f"{GRP}{group}/{client_id}"
+
+
+def member_value(prefetch: int, ordering: str, ack_wait: float, max_deliver: int, durable: bool) -> bytes:
+    return msgpack.packb({"prefetch": prefetch, "ordering": ordering, "ack_wait": ack_wait,
+                          "max_deliver": max_deliver, "durable": durable}, use_bin_type=True)
+
+
+def members_from_fields(fields: dict) -> dict[str, dict[str, dict]]:
+    """group -> member id -> its terms, from a record's "grp/" fields (malformed ones skipped)."""
+    out: dict[str, dict[str, dict]] = {}
+    for name, raw in fields.items():
+        if not (isinstance(name, str) and name.startswith(GRP) and isinstance(raw, bytes)):
+            continue
+        group, _, member = name[len(GRP):].partition("/")
+        try:
+            terms = msgpack.unpackb(raw, raw=False)
+        except Exception:  # noqa: BLE001 - a malformed field: somebody else's bug, skipped
+            terms = None
+        if group and member and isinstance(terms, dict):
+            out.setdefault(group, {})[member] = terms
+    return out
+
+
 def topic_info(client: DhtClient, topic: str) -> dict:
     """`chordpub topic info` (the CLI contract): owner, publishers, subscriber count."""
     found = client.lookup(topic)
@@ -97,6 +123,8 @@ def topic_info(client: DhtClient, topic: str) -> dict:
     result = client.record_item({"k": topic, "read": PUB, "count": SUB})
     fields = result.get("fields") or {}
     pubs = publishers_from_fields(fields if isinstance(fields, dict) else {})
+    grp = client.record_item({"k": topic, "read": GRP}).get("fields") or {}
+    groups = members_from_fields(grp if isinstance(grp, dict) else {})
     return {
         "topic": topic,
         "key_id": key_id(topic, client.bits),
@@ -104,4 +132,32 @@ def topic_info(client: DhtClient, topic: str) -> dict:
         "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history,
                         "retain": p.retain, "archive": p.archive} for p in pubs],
         "subscribers": int(result.get("count") or 0),
+        "groups": group_figures(client, topic, pubs, groups) if groups else {},
     }
+
+
+def group_figures(client: DhtClient, topic: str, pubs: list[PublisherEntry], groups: dict[str, dict]) -> dict:
+    """Each consumer group of the topic: its members (the record's), and what the publishers say of
+    it, summed over them: backlog, in flight, delivered, redelivered, dead-lettered, per member too."""
+    out = {name: {"members": sorted(members), "backlog": 0, "delivered": 0, "redelivered": 0, "dead_lettered": 0,
+                  "in_flight": 0, "per_member": {m: {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0}
+                                                 for m in sorted(members)}, "publishers": 0}
+           for name, members in groups.items()}
+    for p in pubs:
+        reply = client.rpc.call(p.repair, "groups", timeout=client.rpc.timeout, retries=0, topic=topic)
+        stats = reply.body.get("groups") if reply.ok else None
+        for name, g in (stats.items() if isinstance(stats, dict) else []):
+            if name not in out or not isinstance(g, dict):
+                continue
+            o = out[name]
+            o["publishers"] += 1
+            o["backlog"] += int(g.get("backlog") or 0)
+            o["dead_lettered"] += int(g.get("dead_lettered") or 0)
+            for mid, m in (g.get("members") or {}).items():
+                per = o["per_member"].setdefault(mid, {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0})
+                for k in per:
+                    per[k] += int(m.get(k) or 0)
+                o["in_flight"] += int(m.get("in_flight") or 0)
+                o["delivered"] += int(m.get("delivered") or 0)
+                o["redelivered"] += int(m.get("redelivered") or 0)
+    return out

@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pubsub.envelope import Envelope
+from pubsub.envelope import DEFAULT_PRIORITY, Envelope
 from pubsub.message import DeadLetter
 
 FILE = "client.sqlite3"
@@ -46,6 +46,11 @@ CREATE TABLE IF NOT EXISTS acks (topic TEXT NOT NULL, subscriber TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS durables (name TEXT PRIMARY KEY, topic TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS positions (name TEXT NOT NULL, publisher TEXT NOT NULL, committed INTEGER NOT NULL,
     handed INTEGER NOT NULL, PRIMARY KEY (name, publisher)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tags (topic TEXT NOT NULL, seq INTEGER NOT NULL, key TEXT, priority INTEGER NOT NULL,
+    PRIMARY KEY (topic, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS groups (topic TEXT NOT NULL, name TEXT NOT NULL, ordering TEXT NOT NULL,
+    max_deliver INTEGER NOT NULL, floor INTEGER NOT NULL, sent INTEGER NOT NULL, PRIMARY KEY (topic, name))
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL,
     publisher TEXT NOT NULL, subscriber TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
     reason TEXT NOT NULL, ts REAL NOT NULL, sent_ns INTEGER, payload BLOB, replayed REAL);
@@ -132,8 +137,10 @@ class DataDir:
         """What a restarted publisher had on `topic`: last seq used, retained messages, acks."""
         with self.lock:
             row = self.db.execute("SELECT last_seq FROM publications WHERE topic=?", (topic,)).fetchone()
-            kept = [Envelope(topic, self.name, seq, sent_ns, payload) for seq, sent_ns, payload in self.db.execute(
-                "SELECT seq, sent_ns, payload FROM retained WHERE topic=? ORDER BY seq", (topic,))]
+            kept = [Envelope(topic, self.name, seq, sent_ns, payload, key, DEFAULT_PRIORITY if prio is None else prio)
+                    for seq, sent_ns, payload, key, prio in self.db.execute(
+                        "SELECT r.seq, r.sent_ns, r.payload, t.key, t.priority FROM retained r LEFT JOIN tags t "
+                        "ON t.topic=r.topic AND t.seq=r.seq WHERE r.topic=? ORDER BY r.seq", (topic,))]
             acks = dict(self.db.execute("SELECT subscriber, position FROM acks WHERE topic=?", (topic,)))
         return (row[0] if row else 0), kept, acks
 
@@ -147,15 +154,34 @@ class DataDir:
             self.db.execute("BEGIN")
             self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)",
                                 [(e.topic, e.seq, e.sent_ns, e.payload) for e in messages])
+            tagged = [(e.topic, e.seq, e.key, e.priority) for e in messages
+                      if e.key is not None or e.priority != DEFAULT_PRIORITY]
+            if tagged:  # a consumer group's key and priority (most messages have neither)
+                self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)", tagged)
             self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
                                 "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
             self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
+            self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
 
     def save_acks(self, topic: str, acks: dict[str, int]) -> None:
         with self.lock, self.db:
             self.db.execute("BEGIN")
             self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
                                 [(topic, s, p) for s, p in acks.items()])
+
+    def save_group(self, topic: str, name: str, ordering: str, max_deliver: int, floor: int, sent: int) -> None:
+        """A durable consumer group of a topic we publish: everything up to `floor` is done with, and
+        nothing after `sent` has been handed to a member yet."""
+        with self.lock, self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?)",
+                            (topic, name, ordering, max_deliver, floor, sent))
+
+    def groups(self, topic: str) -> list[tuple[str, str, int, int, int]]:
+        """The durable groups of `topic`: (name, ordering, max_deliver, floor, sent)."""
+        with self.lock:
+            return list(self.db.execute("SELECT name, ordering, max_deliver, floor, sent FROM groups WHERE topic=? "
+                                        "ORDER BY name", (topic,)))
 
     # -- durable subscriptions --------------------------------------------------------------------------
     def durable(self, name: str, topic: str) -> dict[str, tuple[int, int]]:

@@ -9,6 +9,14 @@ more option lookups per message), and a malformed frame is rejected on its own, 
 the frames after it. The same envelope travels in history and repair replies and through the
 relay, so every path delivers exactly the same bytes.
 
+A message for one member of a consumer group (pubsub/dispatch.py) is a *dispatch* frame: a msgpack
+array [2, address, publisher, seq, sent_ns, payload, deliveries, max_deliver, key, priority] whose
+address is "topic NUL group NUL member". The member's SUB socket selects exactly its own with the
+prefix `dispatch_filter(topic, group, member)`, and a plain subscriber's filter (another array
+header) never matches one, so a publisher's one PUB socket carries both: every message to every
+plain subscriber, and each group's copy to one member. A message's `key` and `priority` travel only
+in dispatch frames; the plain frame stays as it is.
+
 A *probe* is an envelope with seq 0 and an 8-byte token as payload. A publisher sends one on its
 PUB socket when a subscriber asks (pubsub/io_loop.py); since it travels on the topic's own frame,
 its arrival proves that the subscriber's filter is in place at that publisher (ZeroMQ propagates
@@ -31,6 +39,11 @@ class EnvelopeError(ValueError):
 
 PROBE_SEQ = 0
 _HEADER = b"\x96\x01"  # msgpack: an array of 6, then the version
+DISPATCH_KIND = 2
+_DISPATCH_HEADER = b"\x9a\x02"  # an array of 10, then the kind
+DISPATCH_PREFIX = _DISPATCH_HEADER
+DEFAULT_PRIORITY = 4
+MAX_KEY_CHARS = 256
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs a microsecond more per message
@@ -40,6 +53,8 @@ class Envelope:
     seq: int
     sent_ns: int
     payload: bytes
+    key: str | None = None  # consumer groups only (not in the plain frame): key-ordered dispatch
+    priority: int = DEFAULT_PRIORITY  # consumer groups only: 0..9, higher first
 
     @classmethod
     def probe(cls, topic: str, publisher: str, token: int, sent_ns: int) -> Envelope:
@@ -74,6 +89,65 @@ class Envelope:
                 and sent_ns >= 0 and type(payload) is bytes):
             raise EnvelopeError("envelope fields have the wrong types")
         return cls(topic, publisher, seq, sent_ns, payload)
+
+
+@dataclass(slots=True)
+class Dispatched:
+    """A dispatch frame, decoded: the envelope, and which group and member it was for."""
+
+    env: Envelope
+    group: str
+    member: str
+    deliveries: int
+    max_deliver: int
+
+
+def dispatch_address(topic: str, group: str, member: str) -> str:
+    return f"{topic}\x00{group}\x00{member}"
+
+
+def dispatch_filter(topic: str, group: str, member: str) -> bytes:
+    """The SUB prefix that selects the dispatch frames of `topic`'s `group` meant for `member`."""
+    return _DISPATCH_HEADER + msgpack.packb(dispatch_address(topic, group, member))
+
+
+def parse_dispatch_filter(raw: bytes) -> tuple[str, str, str] | None:
+    """(topic, group, member) of a subscription to dispatch frames (what a member's SUB sent up to
+    our PUB socket), or None for any other filter."""
+    if not raw.startswith(_DISPATCH_HEADER):
+        return None
+    try:
+        address = msgpack.unpackb(raw[len(_DISPATCH_HEADER):], raw=False)
+    except Exception:  # a filter that is not a whole string: somebody else's
+        return None
+    parts = address.split("\x00") if isinstance(address, str) else []
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
+
+
+def encode_dispatch(env: Envelope, group: str, member: str, deliveries: int, max_deliver: int,
+                    packer: msgpack.Packer | None = None) -> bytes:
+    fields = [DISPATCH_KIND, dispatch_address(env.topic, group, member), env.publisher, env.seq, env.sent_ns,
+              env.payload, deliveries, max_deliver, env.key, env.priority]
+    return packer.pack(fields) if packer is not None else msgpack.packb(fields, use_bin_type=True)
+
+
+def decode_dispatch(raw: bytes) -> Dispatched:
+    """A dispatch frame, checked like an envelope; EnvelopeError otherwise."""
+    try:
+        kind, address, publisher, seq, sent_ns, payload, deliveries, max_deliver, key, priority = msgpack.unpackb(
+            raw, raw=False)
+    except Exception as exc:
+        raise EnvelopeError(f"not a dispatch frame: {type(exc).__name__}") from None
+    parts = address.split("\x00") if type(address) is str else []
+    if not (kind == DISPATCH_KIND and type(kind) is int and len(parts) == 3 and all(parts)
+            and len(parts[0]) <= MAX_TOPIC_CHARS and type(publisher) is str and type(seq) is int and seq >= 1
+            and type(sent_ns) is int and sent_ns >= 0 and type(payload) is bytes
+            and type(deliveries) is int and deliveries >= 1 and type(max_deliver) is int and max_deliver >= 1
+            and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS))
+            and type(priority) is int and 0 <= priority <= 9):
+        raise EnvelopeError("dispatch frame fields have the wrong types")
+    env = Envelope(parts[0], publisher, seq, sent_ns, payload, key, priority)
+    return Dispatched(env, parts[1], parts[2], deliveries, max_deliver)
 
 
 def topic_filter(topic: str) -> bytes:

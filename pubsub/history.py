@@ -85,6 +85,11 @@ class History:
         self._floor = min(self.acked.values())
         return True
 
+    def release(self, subscriber: str) -> None:
+        """`subscriber` no longer holds anything back (a consumer group forgotten)."""
+        if self.acked.pop(subscriber, None) is not None:
+            self._floor = min(self.acked.values()) if self.acked else None
+
     def trim(self, now_ns: int) -> int:
         """Drop what nothing keeps any more; returns the oldest seq still held (first_seq)."""
         items, b = self._items, self.bounds

@@ -33,9 +33,11 @@ from dht.transport import RejectLog, Reply, RpcClient, RpcServer, SocketSetup
 from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
-from pubsub.envelope import Envelope, EnvelopeError, topic_filter
+from pubsub.envelope import DISPATCH_PREFIX, Envelope, EnvelopeError, topic_filter
 from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
+from pubsub.member import GroupMembership
+from pubsub.member_links import MemberLinks
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
 from pubsub.service import MAX_ACKS, Service
@@ -47,6 +49,7 @@ RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larg
 BATCH = 2000  # messages read from one socket before the others get a turn
 FETCH_TIMEOUT = 2.0
 ACK_REFRESH_BEATS = 10
+GROUP_TICK = 0.02  # seconds between looks at our consumer groups (members' connections, ack waits)
 
 
 class IoLoop:
@@ -75,6 +78,8 @@ class IoLoop:
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
         self.confirmations = Confirmations(self.rpc, self._later, self._alive)
+        self.members = MemberLinks(self.rpc, self.direct, lambda: self.subs["direct"], self._later, heartbeat, self.id)
+        self._next_group_tick = 0.0
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
@@ -123,7 +128,8 @@ class IoLoop:
                 now = time.monotonic()
                 wait = next_beat - now
                 for deadline in (self.rpc.next_deadline(), self._timers[0][0] if self._timers else None,
-                                 self.confirmations.next_deadline()):
+                                 self.confirmations.next_deadline(), self.members.next_deadline(),
+                                 self._next_group_tick if self.publishing.groups.groups else None):
                     if deadline is not None:
                         wait = min(wait, deadline - now)
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
@@ -140,9 +146,17 @@ class IoLoop:
                 self.rpc.expire(now)
                 self._run_timers(now)
                 self.confirmations.check(now)
+                self.members.check()
+                if self.publishing.groups.groups and now >= self._next_group_tick:
+                    self._next_group_tick = now + GROUP_TICK
+                    for letter in self.publishing.tick_groups():
+                        if self.on_dead_letter is not None:
+                            self.on_dead_letter(letter)
                 if now >= next_beat:
                     self._beat()
                     next_beat = now + self.heartbeat
+                elif self.members.states:
+                    self.members.send_acks()
                 self._update_reading()
         except Exception:
             log.exception("the io loop stopped")
@@ -171,6 +185,7 @@ class IoLoop:
     # -- receiving -------------------------------------------------------------------------------------
     def _drain_sub(self, sock: zmq.Socket) -> None:
         touched: set[TopicState] = set()
+        groups: set[GroupMembership] = set()
         mode = "direct" if sock is self.subs["direct"] else "relay"
         recv, on_frame, now = sock.recv, self.on_frame, time.time_ns
         for _ in range(BATCH):
@@ -178,11 +193,18 @@ class IoLoop:
                 frame = recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if frame.startswith(DISPATCH_PREFIX):  # a consumer group's message, for us alone
+                state = self.members.on_frame(frame, now(), self.reject_log)
+                if state is not None:
+                    groups.add(state)
+                continue
             ts = on_frame(frame, mode, now())
             if ts is not None:
                 touched.add(ts)
         for ts in touched:
             self._flush(ts)
+        for state in groups:
+            self.members.flush_deliveries(state)
 
     def on_frame(self, frame: bytes, mode: str, recv_ns: int) -> TopicState | None:
         """One frame from the `mode` SUB socket, checked (envelope types, topic) before any state is
@@ -279,6 +301,7 @@ class IoLoop:
         with self.publishing.lock:
             self.publishing.drain_filters()
         self.publishing.trim()
+        self.members.send_acks(renew=True)
         self._beats += 1
         self._send_acks(refresh=self._beats % ACK_REFRESH_BEATS == 0)
         for ts in self.topics.values():
@@ -372,6 +395,9 @@ class IoLoop:
 
     def detach(self, topic: str) -> None:
         """Stop receiving `topic`: nothing of it is delivered after this."""
+        if topic in self.members.states:
+            self.members.detach(topic)
+            return
         ts = self.topics.pop(topic, None)
         handle = self.handles.pop(topic, None)
         if ts is None:
@@ -394,7 +420,7 @@ class IoLoop:
         self._shutdown()
 
     def _shutdown(self) -> None:
-        for topic in list(self.topics):
+        for topic in [*self.topics, *self.members.states]:
             self.detach(topic)
         for sock in self.subs.values():
             sock.close(linger=0)

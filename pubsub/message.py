@@ -18,6 +18,12 @@ class Message:
     application before the process stopped without committing it: it may have been seen already;
     `first_owed` the first of this publisher's sequence numbers the subscription counts as expected
     (1, or where the publisher stood when a best-effort subscription joined it; docs/contracts.md).
+
+    In a consumer group (`subscribe(topic, group=...)`): `deliveries` counts the times the publisher
+    has sent it to the group (1 the first time), and `redelivered` says it is more than 1 (another
+    member, or this one, had it and failed, timed out or went); `key` and `priority` are the
+    publisher's; `ack()` and `nak()` say the application is done with it, or wants it sent again
+    (with `auto_ack=False`; otherwise a callback returning acks it, raising naks it).
     """
 
     topic: str
@@ -29,7 +35,12 @@ class Message:
     recovered: bool = False
     redelivered: bool = False
     first_owed: int = 1
+    deliveries: int = 1
+    group: str | None = None
+    key: str | None = None
+    priority: int = 4
     _commit: Callable[[Message], None] | None = field(default=None, repr=False, compare=False)
+    _settle: Callable[[Message, str], None] | None = field(default=None, repr=False, compare=False)
 
     def commit(self) -> None:
         """Durable subscriptions: record that the application is done with this message and every
@@ -38,6 +49,18 @@ class Message:
         no-op: there is nothing to resume."""
         if self._commit is not None:
             self._commit(self)
+
+    def ack(self) -> None:
+        """A consumer group's message is done with: the publisher gives it to no one else. Elsewhere
+        (and a second time) a no-op."""
+        if self._settle is not None:
+            self._settle(self, "ack")
+
+    def nak(self) -> None:
+        """Send this consumer group's message again, now (to any member, this one included), unless it
+        has been delivered `max_deliver` times: then it is dead-lettered here, with its payload."""
+        if self._settle is not None:
+            self._settle(self, "nak")
 
     @property
     def latency_ms(self) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pubsub.directory import PublisherEntry
-from pubsub.envelope import Envelope, topic_filter
+from pubsub.envelope import DEFAULT_PRIORITY, Envelope, topic_filter
 from pubsub.history import History, RetentionBounds
 
 MODES = ("direct", "relay")
@@ -63,11 +63,11 @@ class Publication:
         self.seq = last_seq
         self.journaled = True
 
-    def stamp(self, payload: bytes, now_ns: int) -> Envelope:
+    def stamp(self, payload: bytes, now_ns: int, key: str | None = None, priority: int = DEFAULT_PRIORITY) -> Envelope:
         """The next message: numbered, timestamped, kept in the history (a journaled one: once the
-        journal has it, by `retain`)."""
+        journal has it, by `retain`). `key` and `priority` matter to consumer groups only."""
         self.seq += 1
-        env = Envelope(self.topic, self.publisher, self.seq, now_ns, payload)
+        env = Envelope(self.topic, self.publisher, self.seq, now_ns, payload, key, priority)
         if not self.journaled:
             self.history.add(env)
         self.sent += 1

@@ -27,7 +27,8 @@ import zmq
 from dht import wire
 from dht.transport import SocketSetup, bind_port
 from pubsub.durable import DataDir
-from pubsub.envelope import MAX_TOPIC_CHARS, Envelope, topic_filter
+from pubsub.envelope import DEFAULT_PRIORITY, MAX_TOPIC_CHARS, Envelope, topic_filter
+from pubsub.groups import PublisherGroups
 from pubsub.journal import Journal
 from pubsub.links import Connections, Pointers
 from pubsub.publication import Publication
@@ -71,6 +72,11 @@ class PublishingSide:
         self._probe_token = 0
         self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
         self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
+        self.groups = PublisherGroups(client_id, data, self.publications, self._send_direct)
+
+    def _send_direct(self, frame: bytes) -> None:
+        if self.direct is not None:
+            self.direct.send(frame)
 
     def _pub_socket(self, server: bool) -> zmq.Socket:
         sock = self.context.socket(zmq.XPUB)
@@ -94,26 +100,30 @@ class PublishingSide:
                 self.endpoint = f"{self.advertise}:{bind_port(self.direct, self.host, self.port)}"
             if pub.mode == "relay" and self.relay is None:
                 self.relay = self._pub_socket(server=False)
+            self.publications[pub.topic] = pub  # (groups.restore looks it up)
             if self.data is not None:
                 pub.restore(*self.data.publication(pub.topic))
+                self.groups.restore(pub)  # (before trimming: a durable group holds what it still owes)
                 pub.history.trim(time.time_ns())
                 if self.journal is None:
                     self.journal = Journal(self.data, self._send_journaled)
-            self.publications[pub.topic] = pub
 
-    def publish(self, topic: str, payload: bytes) -> Envelope:
-        """Stamp and send one message (the publication must exist); with a data directory, queue it
-        for the journal, which sends it once it is written."""
+    def publish(self, topic: str, payload: bytes, key: str | None = None, priority: int = DEFAULT_PRIORITY) -> Envelope:
+        """Stamp and send one message (the publication must exist) to the plain subscribers and to one
+        member of each consumer group; with a data directory, queue it for the journal, which sends it
+        once it is written."""
         if self.journal is not None:
             self.journal.wait_for_room()
         with self.lock:
             pub = self.publications[topic]
-            env = pub.stamp(payload, time.time_ns())
+            env = pub.stamp(payload, time.time_ns(), key, priority)
             if pub.journaled:
                 self.journal.put(pub, env)  # type: ignore[union-attr]
                 return env
             sock = self.direct if pub.mode == "direct" else self.relay
             sock.send(env.encode(self._packer))  # type: ignore[union-attr]
+            if self.groups.groups:
+                self.groups.offer(env)
         return env
 
     def _send_journaled(self, batch: list[tuple[Publication, Envelope]]) -> dict[str, int]:
@@ -129,6 +139,8 @@ class PublishingSide:
                 sock.send(packer.pack([1, env.topic, env.publisher, env.seq, env.sent_ns, env.payload]))
                 first = pub.history.first_seq
                 pub.retain(env)
+                if self.groups.groups:
+                    self.groups.offer(env)
                 if pub.history.first_seq != first:
                     moved[pub.topic] = pub.history.first_seq
         return moved
@@ -186,6 +198,9 @@ class PublishingSide:
                     msg = sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
+                on = msg[:1] == b"\x01"
+                if name == "direct" and (on or msg[:1] == b"\x00") and self.groups.filter(msg[1:], on):
+                    continue  # a consumer group member's own filter: its connection is up, or gone
                 if msg[:1] == b"\x01":
                     self._filters[(name, msg[1:])] += 1
                 elif msg[:1] == b"\x00":
@@ -193,6 +208,15 @@ class PublishingSide:
                     self._filters[key] -= 1
                     if self._filters[key] <= 0:
                         del self._filters[key]
+
+    def tick_groups(self) -> list:
+        """The io loop's frequent look at the consumer groups (members' connections, ack waits,
+        leases, retention); returns the dead letters to hand on (outside the lock)."""
+        with self.lock:
+            self.drain_filters()
+            self.groups.tick()
+            dead, self.groups.dead = self.groups.dead, []
+        return dead
 
     def in_place(self, topic: str) -> int:
         """Subscribers whose filter for exactly `topic` our socket for it holds (a relay counts once)."""

@@ -16,6 +16,7 @@ import zmq
 
 from dht import wire
 from dht.transport import Refused, RpcServer
+from pubsub.dispatch import MAX_PREFETCH, MAX_SEQS, ORDERINGS, GroupTerms, check_group
 from pubsub.envelope import MAX_TOPIC_CHARS
 from pubsub.publishing import PublishingSide
 
@@ -39,12 +40,72 @@ def _acks(value: object, what: str) -> list[tuple[str, str, int]]:
 
 
 MAX_SUBSCRIBER_CHARS = 512
+
+
+def _group(value: object, what: str) -> str:
+    try:
+        return check_group(value)
+    except ValueError as exc:
+        raise wire.WireError(f"{what}: {exc}") from None
+
+
+def _seqs(value: object, what: str) -> list[int]:
+    if not isinstance(value, list) or len(value) > MAX_SEQS:
+        raise wire.WireError(f"{what} must be a list of at most {MAX_SEQS} sequence numbers")
+    return [wire.uint(v, what) for v in value]
+
+
+def _group_acks(value: object, what: str) -> list[tuple[str, str, list[int], list[int], list[int]]]:
+    """[[topic, group, acked seqs, naked seqs, seqs dead-lettered by the member], ...]"""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_ACKS:
+        raise wire.WireError(f"{what} must be a list of 1..{MAX_ACKS} items")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 5:
+            raise wire.WireError(f"each of {what} must be [topic, group, acked, naked, dead]")
+        out.append((wire.string(MAX_TOPIC_CHARS)(item[0], f"{what}.topic"), _group(item[1], f"{what}.group"),
+                    _seqs(item[2], f"{what}.acked"), _seqs(item[3], f"{what}.naked"), _seqs(item[4], f"{what}.dead")))
+    return out
+
+
+def _group_names(value: object, what: str) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_ACKS:
+        raise wire.WireError(f"{what} must be a list of 1..{MAX_ACKS} [topic, group]")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2:
+            raise wire.WireError(f"each of {what} must be [topic, group]")
+        out.append((wire.string(MAX_TOPIC_CHARS)(item[0], f"{what}.topic"), _group(item[1], f"{what}.group")))
+    return out
+
+
+def _prefetch(value: object, what: str) -> int:
+    n = wire.uint(value, what)
+    if not 1 <= n <= MAX_PREFETCH:
+        raise wire.WireError(f"{what} must be in 1..{MAX_PREFETCH}")
+    return n
+
+
+def _ordering(value: object, what: str) -> str:
+    if value not in ORDERINGS:
+        raise wire.WireError(f"{what} must be one of {', '.join(ORDERINGS)}")
+    return value  # type: ignore[return-value]
+
+
+_MEMBER = (wire.string(MAX_SUBSCRIBER_CHARS), True)
 SERVICE_SCHEMAS: wire.Schemas = {
     "last": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "count": (wire.uint, True)},
     "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
               "to": (wire.optional(wire.uint), False)},
     "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
     "acks": {"items": (_acks, True)},  # durable subscribers' committed positions (acknowledged retention)
+    # consumer groups (pubsub/groups.py): a member joins, acks (each renews its lease), leaves
+    "gjoin": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "group": (_group, True), "member": _MEMBER,
+              "prefetch": (_prefetch, True), "ordering": (_ordering, True), "ack_wait": (wire.seconds, True),
+              "max_deliver": (wire.uint, True), "durable": (wire.boolean, True), "lease": (wire.seconds, True)},
+    "gack": {"member": _MEMBER, "lease": (wire.seconds, True), "items": (_group_acks, True)},
+    "gleave": {"member": _MEMBER, "items": (_group_names, True)},
+    "groups": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},  # each group's members and figures
 }
 
 
@@ -79,8 +140,11 @@ class Service:
             self._probe_topics.clear()
 
     def _handle(self, req: dict) -> dict:
-        if req["op"] == "acks":
+        op = req["op"]
+        if op == "acks":
             return {"held": self.publishing.ack(req["items"])}
+        if op in ("gjoin", "gack", "gleave", "groups"):
+            return self._group(op, req)
         topic = req["topic"]
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
@@ -92,6 +156,24 @@ class Service:
         if result is None:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
         return result
+
+    def _group(self, op: str, req: dict) -> dict:
+        groups = self.publishing.groups
+        with self.publishing.lock:
+            if op == "gack":
+                return {"unknown": groups.acks(req["member"], req["items"], req["lease"])}
+            if op == "gleave":
+                groups.leave(req["member"], req["items"])
+                return {}
+            if op == "groups":
+                return {"groups": groups.stats(req["topic"])}
+            if req["max_deliver"] < 1:
+                raise Refused("max_deliver must be at least 1")
+            terms = GroupTerms(req["ordering"], req["ack_wait"], req["max_deliver"], req["durable"])
+            refusal = groups.join(req["topic"], req["group"], req["member"], req["prefetch"], terms, req["lease"])
+        if refusal is not None:
+            raise Refused(refusal)
+        return {}
 
     def close(self) -> None:
         self.server.close()

@@ -297,7 +297,8 @@ def test_topic_info_json(ring):
                               "--json"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         found = json.loads(out.stdout)
-        assert set(found) == {"topic", "key_id", "owner", "publishers", "subscribers"}
+        assert set(found) == {"topic", "key_id", "owner", "publishers", "subscribers", "groups"}
+        assert found["groups"] == {}  # no consumer group on this topic
         assert found["publishers"] == [{"id": publisher.id, "endpoint": publisher.publishing.endpoint,
                                         "strength": 3, "history": 7, "archive": False,
                                         "retain": {"messages": 100_000, "seconds": 3600.0, "bytes": 64 * 2**20}}]
