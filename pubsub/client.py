@@ -509,6 +509,7 @@ class Client:
         for handle in list(self._subscriptions.values()):
             handle.close()
         self._subscriptions.clear()
+        self._settle_groups(self.timeout / 2)
         done = threading.Event()
 
         def unregister_all() -> None:
@@ -526,6 +527,24 @@ class Client:
         if self._dispatcher is not None:
             self._dispatcher.stop()
         self._teardown()
+
+    def _settle_groups(self, wait: float) -> None:
+        """Give the consumer groups with members the moment to take what they are owed (up to `wait`);
+        what a group that is not durable still lacks then is dead-lettered here, as a range."""
+        groups = self.publishing.groups
+        if not groups.groups:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with self.publishing.lock:
+                if not groups.owing():
+                    break
+            time.sleep(0.01)  # polling with a deadline: the io loop dispatches and takes the acks
+        with self.publishing.lock:
+            letters = groups.abandon()
+        for letter in letters:
+            log.warning("dead letter: %s", letter)
+            self._dead_letter(letter)
 
     def _teardown(self) -> None:
         if self._metrics is not None:

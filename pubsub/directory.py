@@ -140,8 +140,8 @@ def group_figures(client: DhtClient, topic: str, pubs: list[PublisherEntry], gro
     """Each consumer group of the topic: its members (the record's), and what the publishers say of
     it, summed over them: backlog, in flight, delivered, redelivered, dead-lettered, per member too."""
     out = {name: {"members": sorted(members), "backlog": 0, "delivered": 0, "redelivered": 0, "dead_lettered": 0,
-                  "in_flight": 0, "per_member": {m: {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0}
-                                                 for m in sorted(members)}, "publishers": 0}
+                  "in_flight": 0, "per_member": {m: {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0,
+                                                     "joined": 0} for m in sorted(members)}, "publishers": 0}
            for name, members in groups.items()}
     for p in pubs:
         reply = client.rpc.call(p.repair, "groups", timeout=client.rpc.timeout, retries=0, topic=topic)
@@ -154,9 +154,11 @@ def group_figures(client: DhtClient, topic: str, pubs: list[PublisherEntry], gro
             o["backlog"] += int(g.get("backlog") or 0)
             o["dead_lettered"] += int(g.get("dead_lettered") or 0)
             for mid, m in (g.get("members") or {}).items():
-                per = o["per_member"].setdefault(mid, {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0})
-                for k in per:
+                per = o["per_member"].setdefault(mid, {"in_flight": 0, "delivered": 0, "redelivered": 0, "acked": 0,
+                                                       "joined": 0})
+                for k in ("in_flight", "delivered", "redelivered", "acked"):
                     per[k] += int(m.get(k) or 0)
+                per["joined"] += bool(m.get("connected"))  # publishers that dispatch to it now
                 o["in_flight"] += int(m.get("in_flight") or 0)
                 o["delivered"] += int(m.get("delivered") or 0)
                 o["redelivered"] += int(m.get("redelivered") or 0)

@@ -222,5 +222,21 @@ class PublisherGroups:
             log.warning("dead letter: %s", letter)
             self.dead.append(letter)
 
+    def owing(self) -> int:
+        """Messages that groups with a connected member still owe (what a closing publisher waits for)."""
+        return sum(len(g.pending) for _t, _n, g in self.items() if g.live and not g.terms.durable)
+
+    def abandon(self) -> list[DeadLetter]:
+        """The publisher closes: what groups that are not durable still lack is lost to them, and said
+        (a durable group's backlog stays in the data directory for the restarted publisher)."""
+        letters = []
+        for topic, group, g in self.items():
+            gone = sorted(g.pending)
+            if gone and not (g.terms.durable and self.data is not None):
+                letters.append(DeadLetter(topic, self.publisher, f"group:{group}", gone[0], gone[-1],
+                                          f"the publisher closed with {len(gone)} messages the group had not "
+                                          "acknowledged", time.time()))
+        return letters
+
     def stats(self, topic: str) -> dict:
         return {group: g.stats() for group, g in sorted(self.groups.get(topic, {}).items())}

@@ -12,6 +12,7 @@ after ack_wait, and the test's two heartbeats are exceeded; make `GroupDispatch.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import stop_processes, wait_for
-from tests.conftest import jsonl, start_module_ring
+from tests.conftest import jsonl, one_error_line, run_cli, start_module_ring
 
 HB = 0.5
 
@@ -165,3 +166,238 @@ def test_a_member_killed_mid_stream_loses_nothing_and_its_messages_go_on_within_
     assert lag <= 2 * HB, f"the victim's messages went on {lag:.2f}s after its death (ack_wait is 30 s)"
     print(f"groups: {len({r['seq'] for r in again})} messages the killed member held went to the others within "
           f"{lag * 1000:.0f} ms of its death, all flagged; {total} of {total} delivered")
+
+
+def test_a_rolling_restart_of_every_member_under_load_never_stops_delivery_for_two_heartbeats(ring, workers):
+    via = ring.nodes[2].endpoint
+    members = [workers(f"r{i}", via, "rolling", "w", delay=0.001) for i in range(3)]
+    outs = [out for _, out in members]
+    stop = threading.Event()
+    sent = [0]
+    with Client(via, heartbeat=HB) as publisher:
+        publisher.advertise("rolling")
+
+        def load() -> None:
+            t0 = time.monotonic()
+            while not stop.is_set():
+                sent[0] = publisher.publish("rolling", str(sent[0]))
+                stop.wait(max(t0 + sent[0] / 300 - time.monotonic(), 0))  # 300 a second
+
+        thread = threading.Thread(target=load, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: all(jsonl(o) for o in outs), 30, what="every member at work")
+            for i, (proc, _) in enumerate(members):  # each in turn: stopped gracefully, started again
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(15)
+                _, out = workers(f"r{i}-again", via, "rolling", "w", delay=0.001)
+                outs.append(out)
+                wait_for(lambda o=out: jsonl(o), 30, what=f"member {i} back at work")
+        finally:
+            stop.set()
+            thread.join(10)
+        total = sent[0]
+        wait_for(lambda: {r["seq"] for o in outs for r in jsonl(o)} >= set(range(1, total + 1)), 60,
+                 what=f"all {total} delivered")
+    times = sorted(r["t"] for o in outs for r in jsonl(o))
+    gap = max(b - a for a, b in zip(times, times[1:], strict=False))
+    assert gap <= 2 * HB, f"delivery stopped for {gap:.2f}s"
+    print(f"groups: rolling restart of 3 members under 300 msg/s: {total} of {total} delivered, longest pause "
+          f"{gap * 1000:.0f} ms")
+
+
+def test_key_order_holds_and_only_the_changed_members_keys_move_when_one_dies_and_one_joins(ring, workers):
+    via = ring.nodes[0].endpoint
+    keys = [f"k{i}" for i in range(1000)]
+    started = {n: workers(n, via, "keyed", "kw", ordering="key", delay=0.0005) for n in ("A", "B", "C", "D")}
+    outs = {n: out for n, (_, out) in started.items()}
+    rounds = 12
+    with Client(via, heartbeat=HB) as publisher:
+        publisher.advertise("keyed")
+
+        def joined() -> int:
+            members = publisher.topic_info("keyed")["groups"].get("kw", {}).get("per_member", {})
+            return sum(1 for m in members.values() if m["joined"])
+
+        wait_for(lambda: joined() == 4, 30, what="the four members joined the publisher")
+        for r in range(rounds):
+            for k in keys:
+                publisher.publish("keyed", f"{k}:{r}", key=k)
+            if r == 3:
+                started["A"][0].send_signal(signal.SIGKILL)
+            if r == 6:
+                _, outs["E"] = workers("E", via, "keyed", "kw", ordering="key", delay=0.0005)
+                wait_for(lambda: joined() == 4, 30, what="E joined the publisher")
+            time.sleep(0.2)  # pacing the publisher (rounds spread over a few seconds), not synchronizing
+        total = rounds * len(keys)
+        wait_for(lambda: {r["seq"] for o in outs.values() for r in jsonl(o)} >= set(range(1, total + 1)), 90,
+                 what=f"all {total} delivered")
+    records = sorted(((n, r) for n, o in outs.items() for r in jsonl(o)), key=lambda nr: nr[1]["t"])
+    first_arrivals: dict[str, list[int]] = defaultdict(list)
+    seen: set[int] = set()
+    holders: dict[str, set[str]] = defaultdict(set)
+    for name, r in records:
+        holders[r["key"]].add(name)
+        if r["seq"] not in seen:
+            seen.add(r["seq"])
+            first_arrivals[r["key"]].append(r["seq"])
+    disordered = {k: s for k, s in first_arrivals.items() if s != sorted(s)}
+    assert not disordered, f"keys whose messages overtook each other: {list(disordered.items())[:3]}"
+    moved = {k: h for k, h in holders.items() if len(h - {"A", "E"}) > 1}
+    assert not moved, f"keys that moved between members that did not change: {list(moved.items())[:5]}"
+    took = Counter(name for name, _ in records)
+    assert took["E"] > 0 and all(took[n] > 0 for n in "BCD")
+    print(f"groups: {total} keyed messages over 1000 keys, A killed and E added: order held for every key; "
+          f"per member {dict(sorted(took.items()))}")
+
+
+def test_a_poison_message_is_delivered_max_deliver_times_then_dead_lettered_and_replayed(ring, tmp_path):
+    via = ring.nodes[1].endpoint
+    taken: list[tuple[str, int, int]] = []
+    letters = []
+
+    def member(name: str):  # noqa: ANN202
+        def take(m) -> None:  # noqa: ANN001
+            taken.append((m.text, m.seq, m.deliveries))
+            if m.text == "poison":
+                raise ValueError("this handler cannot digest it")
+        return take
+
+    dirs = [tmp_path / "m0", tmp_path / "m1"]
+    with Client(via, heartbeat=HB) as publisher, \
+            Client(via, heartbeat=HB, data_dir=dirs[0], on_dead_letter=letters.append) as m0, \
+            Client(via, heartbeat=HB, data_dir=dirs[1], on_dead_letter=letters.append) as m1:
+        for i, m in enumerate((m0, m1)):
+            m.subscribe("meals", group="eaters", max_deliver=3, callback=member(f"m{i}"))
+        publisher.advertise("meals")
+        for i in range(100):
+            publisher.publish("meals", "poison" if i == 50 else f"meal {i}")
+        wait_for(lambda: len(letters) == 1 and len({t for t, _, _ in taken if t != "poison"}) == 99, 30,
+                 what="99 meals eaten and the poison dead-lettered")
+        (letter,) = letters
+        assert (letter.payload, letter.from_seq, letter.to_seq) == (b"poison", 51, 51)
+        assert "3 deliveries" in letter.reason
+        poison = [d for t, _, d in taken if t == "poison"]
+        assert poison == [1, 2, 3], "delivered max_deliver times, each one counted"
+        assert Counter(t for t, _, _ in taken if t != "poison").most_common(1)[0][1] == 1
+        held = [d for d in dirs if json.loads(run_cli("dlq", "show", str(d), "--json").stdout)["letters"]]
+        assert len(held) == 1, "the member that saw its last delivery keeps it, with its payload"
+        replayed = run_cli("dlq", "replay", str(held[0]), "--via", via, "--json")
+        assert replayed.returncode == 0 and json.loads(replayed.stdout)["replayed"] == 1, replayed.stderr
+        wait_for(lambda: len([t for t, _, _ in taken if t == "poison"]) > 3, 30, what="the poison replayed")
+    print(f"groups: the poison delivered {poison} times, dead-lettered with its payload, replayed; 99 meals once each")
+
+
+def test_a_durable_groups_backlog_outlives_its_members_and_the_publishers_restart(ring, tmp_path):
+    via = ring.nodes[2].endpoint
+    pub_dir = tmp_path / "publisher"
+    got: list[str] = []
+    with Client(via, heartbeat=HB, data_dir=pub_dir, name="kitchen") as publisher:
+        with Client(via, heartbeat=HB) as member:
+            member.subscribe("tickets", group="cooks", durable=True, callback=lambda m: got.append(m.text))
+            publisher.advertise("tickets")
+            publisher.publish("tickets", "warm-up")
+            wait_for(lambda: got == ["warm-up"], 30, what="the first ticket")
+        for i in range(1000):  # every member gone: the group's backlog waits at the publisher
+            publisher.publish("tickets", f"ticket {i}")
+    got.clear()
+    with Client(via, heartbeat=HB, data_dir=pub_dir, name="kitchen") as publisher:
+        publisher.advertise("tickets")  # restarted: its durable group comes back from its data directory
+        with Client(via, heartbeat=HB) as member:
+            member.subscribe("tickets", group="cooks", durable=True, callback=lambda m: got.append(m.text))
+            wait_for(lambda: len(set(got)) >= 1000, 60, what="the 1000 tickets after the restart")
+    assert set(got) == {f"ticket {i}" for i in range(1000)}
+    print(f"groups: a durable group's 1000 messages reached its first member after the publisher's restart "
+          f"({len(got)} deliveries)")
+
+
+def test_priority_goes_first_and_the_backlog_keeps_moving(ring):
+    via = ring.nodes[0].endpoint
+    order: list[int] = []
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as slow:
+        publisher.advertise("chores")
+
+        def take(m) -> None:  # noqa: ANN001
+            order.append(m.priority)
+            time.sleep(0.001)  # the work
+
+        sub = slow.subscribe("chores", group="doers", prefetch=10, callback=take)
+        for i in range(10_000):
+            publisher.publish("chores", f"low {i}", priority=0)
+        for i in range(100):
+            publisher.publish("chores", f"urgent {i}", priority=9)
+        wait_for(lambda: order.count(9) == 100, 60, what="the 100 urgent messages")
+        sub.unsubscribe()
+    last_urgent = max(i for i, p in enumerate(order) if p == 9)
+    first_urgent = order.index(9)
+    low_meanwhile = order[first_urgent:last_urgent].count(0)
+    assert last_urgent < 5_000, f"the urgent messages came after {last_urgent} of the 10,000 low ones"
+    assert low_meanwhile >= 10, "the low priority kept its share meanwhile"
+    print(f"groups: 100 priority-9 messages delivered by position {last_urgent} of the 10,000-message backlog, "
+          f"{low_meanwhile} priority-0 ones among them")
+
+
+def test_sub_group_exec_acks_what_the_command_handles_and_dead_letters_what_it_fails(ring, tmp_path):
+    via = ring.nodes[1].endpoint
+    dead = tmp_path / "dead.jsonl"
+    out = tmp_path / "out.jsonl"
+    handled = tmp_path / "handled.txt"
+    # the command fails on payloads that say "bad", and appends the others to a file
+    command = f"sh -c 'read -r line; case $line in *bad*) exit 3;; *) echo $line >> {handled};; esac'"
+    with open(out, "w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "chordpub", "sub", "--via", via, "--topic", "shell-jobs",
+                                 "--group", "sh", "--exec", command, "--max-deliver", "2", "--dead-letter", str(dead),
+                                 "--print", "--format", "json", "--seconds", "60", "--heartbeat", str(HB)],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        with Client(via, heartbeat=HB) as publisher:
+            publisher.advertise("shell-jobs")
+            wait_for(lambda: publisher.topic_info("shell-jobs")["groups"].get("sh", {}).get("publishers"), 30,
+                     what="the shell member joined")
+            for i in range(10):
+                publisher.publish("shell-jobs", f"bad {i}" if i in (3, 7) else f"good {i}")
+            wait_for(lambda: len(jsonl(dead)) == 2 and handled.exists() and len(handled.read_text().split("\n")) > 8,
+                     60, what="8 handled and 2 dead-lettered")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    rows = jsonl(out)
+    assert sorted(handled.read_text().split()) == sorted(f"{w}" for i in range(10) if i not in (3, 7)
+                                                         for w in ("good", str(i))), handled.read_text()
+    bad = Counter(r["payload"] for r in rows if r["payload"].startswith("bad"))
+    assert bad == {"bad 3": 2, "bad 7": 2}, "redelivered once, then dead-lettered"
+    assert all(r["deliveries"] == 1 for r in rows if r["payload"].startswith("good"))
+    assert sorted(base64_payload(d) for d in jsonl(dead)) == [b"bad 3", b"bad 7"]
+    assert "exited 3" in err
+
+
+def base64_payload(letter: dict) -> bytes:
+    import base64
+
+    return base64.b64decode(letter["payload_b64"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--group", ""], ["--group"]),
+    (["--group", "a/b"], ["--group"]),
+    (["--group", "g", "--prefetch", "0"], ["--prefetch"]),
+    (["--group", "g", "--exec", "no-such-program-here"], ["--exec", "no-such-program-here"]),
+    (["--group", "g", "--reliable"], ["--group"]),
+    (["--exec", "cat"], ["--group"]),
+])
+def test_sub_group_refuses_bad_input_in_one_line(args, words):
+    one_error_line(run_cli("sub", "--via", "127.0.0.1:1", "--topic", "t", *args), *words)
+
+
+def test_a_client_refuses_a_group_on_a_topic_it_follows_plainly(ring):
+    with Client(ring.nodes[0].endpoint, heartbeat=HB) as client:
+        client.subscribe("plainly")
+        with pytest.raises(ValueError, match="already subscribed"):
+            client.subscribe("plainly", group="g")
+        for bad in ("", "a/b", "x" * 129):
+            with pytest.raises(ValueError, match="group name"):
+                client.subscribe("other", group=bad)
+        with pytest.raises(ValueError, match="prefetch"):
+            client.subscribe("other", group="g", prefetch=0)
+        with pytest.raises(ValueError, match="mode must be direct"):
+            client.subscribe("other", group="g", mode="relay")
