@@ -38,13 +38,10 @@ from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
-    GRP,
     LEASE_HEARTBEATS,
     PUB,
     SUB,
     member_field,
-    member_value,
-    members_from_fields,
     subscriber_field,
     topic_info,
 )
@@ -52,16 +49,12 @@ from pubsub.dispatch import (
     DEFAULT_ACK_WAIT,
     DEFAULT_MAX_DELIVER,
     DEFAULT_PREFETCH,
-    MAX_PREFETCH,
-    ORDERINGS,
-    GroupTerms,
-    check_group,
 )
 from pubsub.durable import DataDir, check_name
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
+from pubsub.group_client import expect_groups, join_group, settle_groups
 from pubsub.history import RetentionBounds
 from pubsub.io_loop import IoLoop
-from pubsub.member import GroupMembership
 from pubsub.message import DeadLetter, Message
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
@@ -221,35 +214,9 @@ class Client:
             self.publishing.remove(topic)
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
         if mode == "direct":
-            self._expect_groups(topic)
+            expect_groups(self, topic)
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
                             min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
-
-    def _expect_groups(self, topic: str) -> None:
-        """The consumer groups the topic's record lists are owed our messages from the first one on,
-        before their members have joined us (they do as soon as they hear of us)."""
-        answer: Future = Future()
-
-        def ask() -> None:
-            try:
-                fields = self.registrar.dht.record_item({"k": topic, "read": GRP}).get("fields") or {}
-                answer.set_result(members_from_fields(fields if isinstance(fields, dict) else {}))
-            except Exception as exc:  # noqa: BLE001 - handed to the caller
-                answer.set_exception(exc)
-
-        self.registrar.call(ask)
-        try:
-            groups = answer.result(self.timeout)
-        except (FutureTimeout, DhtError) as exc:
-            log.warning("%s: could not read the topic's consumer groups (%s); members get what is published "
-                        "once they join", topic, exc)
-            return
-        for group, members in groups.items():
-            terms = next(iter(members.values()))
-            with self.publishing.lock:
-                self.publishing.groups.expect(topic, group, GroupTerms(
-                    terms.get("ordering", "none"), max_deliver=int(terms.get("max_deliver") or 5),
-                    durable=bool(terms.get("durable"))))
 
     def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
         """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
@@ -325,8 +292,8 @@ class Client:
         check_topic(topic)
         check_mode(mode)
         if group is not None:
-            return self._join_group(topic, group, mode, callback, timeout, pending_limit, durable, history,
-                                    reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
+            return join_group(self, topic, group, mode, callback, timeout, pending_limit, durable, history,
+                              reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
         if isinstance(durable, bool):
             raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
         if history_policy not in HISTORY_POLICIES:
@@ -375,59 +342,6 @@ class Client:
         except FutureTimeout:
             self.unsubscribe(topic)
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
-
-    def _join_group(self, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
-                    timeout: float | None, pending_limit: int, durable: object, history: int, reliable: bool,
-                    prefetch: int, ack_wait: float, max_deliver: int, ordering: str, auto_ack: bool) -> Subscription:
-        check_group(group)
-        if mode != "direct":
-            raise ValueError("consumer groups are dispatched directly by each publisher: mode must be direct")
-        if history or reliable:
-            raise ValueError("a consumer group member takes neither history nor reliable: the group's "
-                             "delivery is acknowledged already")
-        if durable is not None and not isinstance(durable, bool):
-            raise ValueError("in a consumer group, durable is True or False")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= MAX_PREFETCH:
-            raise ValueError(f"prefetch must be an integer in 1..{MAX_PREFETCH}, got {prefetch!r}")
-        if isinstance(max_deliver, bool) or not isinstance(max_deliver, int) or max_deliver < 1:
-            raise ValueError(f"max_deliver must be a positive integer, got {max_deliver!r}")
-        if isinstance(ack_wait, bool) or not isinstance(ack_wait, int | float) or not 0 < ack_wait <= 86_400:
-            raise ValueError(f"ack_wait must be seconds in (0, 86400], got {ack_wait!r}")
-        if ordering not in ORDERINGS:
-            raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
-        terms = GroupTerms(ordering, float(ack_wait), max_deliver, bool(durable))
-        state = GroupMembership(topic, group, self.id, prefetch, terms, auto_ack, on_dead_letter=self._dead_letter)
-        state.wake = self.io.wake
-        with self._lock:
-            if topic in self._subscriptions:
-                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
-            if callback is not None and self._dispatcher is None:
-                self._dispatcher = Dispatcher(self.id)  # a group's callbacks never hold the io loop
-            handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher if callback else None,
-                                  max(pending_limit, prefetch), wake=self.io.wake)  # type: ignore[arg-type]
-            self._subscriptions[topic] = handle
-        wait = self.timeout if timeout is None else timeout
-        ready: Future = Future()
-
-        def placed(reg: Registration) -> None:
-            publishers = reg.all_publishers()
-            self.io.call(lambda: self.io.members.attach(state, handle, publishers, ready, wait))
-
-        reg = Registration(topic, member_field(group, self.id),
-                           member_value(prefetch, ordering, float(ack_wait), max_deliver, bool(durable)), watch=True,
-                           on_placed=placed, on_publishers=lambda r: self.io.call(
-                               lambda: self.io.members.set_publishers(topic, r.all_publishers())))
-        self.registrar.call(lambda: self.registrar.register(reg))
-        if threading.current_thread() is self.io.thread:
-            return handle
-        try:
-            return ready.result(wait)
-        except FutureTimeout:
-            self.unsubscribe(topic)
-            raise DhtError(f"could not join group {group!r} of {topic!r} via {self.via} within {wait:g}s") from None
-        except ValueError:
-            self.unsubscribe(topic)
-            raise
 
     def topic_info(self, topic: str, timeout: float | None = None) -> dict:
         """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its
@@ -509,7 +423,7 @@ class Client:
         for handle in list(self._subscriptions.values()):
             handle.close()
         self._subscriptions.clear()
-        self._settle_groups(self.timeout / 2)
+        settle_groups(self, self.timeout / 2)
         done = threading.Event()
 
         def unregister_all() -> None:
@@ -527,24 +441,6 @@ class Client:
         if self._dispatcher is not None:
             self._dispatcher.stop()
         self._teardown()
-
-    def _settle_groups(self, wait: float) -> None:
-        """Give the consumer groups with members the moment to take what they are owed (up to `wait`);
-        what a group that is not durable still lacks then is dead-lettered here, as a range."""
-        groups = self.publishing.groups
-        if not groups.groups:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            with self.publishing.lock:
-                if not groups.owing():
-                    break
-            time.sleep(0.01)  # polling with a deadline: the io loop dispatches and takes the acks
-        with self.publishing.lock:
-            letters = groups.abandon()
-        for letter in letters:
-            log.warning("dead letter: %s", letter)
-            self._dead_letter(letter)
 
     def _teardown(self) -> None:
         if self._metrics is not None:

@@ -22,7 +22,9 @@ from dht import wire
 from dht.node import ChordNode, NodeConfig
 from pubsub.delivery import Subscription
 from pubsub.directory import PUB, PublisherEntry
-from pubsub.envelope import Envelope, EnvelopeError
+from pubsub.dispatch import GroupTerms
+from pubsub.envelope import DISPATCH_PREFIX, Envelope, EnvelopeError, decode_dispatch, encode_dispatch
+from pubsub.member import GroupMembership
 from pubsub.publication import Publication
 from pubsub.registration import Registration
 from pubsub.service import SERVICE_SCHEMAS
@@ -146,11 +148,55 @@ def test_the_client_service_handler_changes_nothing(examples, parts):
         parts.publishing.publish("fuzzed", bytes([i]))
     before = [e.encode() for e in pub.history.range(1, None, limit=100)]
 
+    groups = parts.publishing.groups
+
+    def group_state() -> str:
+        return repr((groups.stats("fuzzed"), sorted(groups.filters), pub.history.acked))
+
     def check(frames: list[bytes]) -> None:
-        replied_error(parts.io.service.server.handle_frames(frames))
+        groups_before = group_state()
+        if replied_error(parts.io.service.server.handle_frames(frames)):
+            assert group_state() == groups_before, "a refused group request changed the groups"
         assert [e.encode() for e in pub.history.range(1, None, limit=100)] == before
 
     fuzz(examples, frame_lists(SERVICE_SCHEMAS), check)
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_dispatch_frames_decode_or_raise_and_a_member_takes_only_its_own(examples, parts):
+    """SUB socket input of a consumer-group member: whatever arrives, only a well-formed dispatch frame
+    for its topic, group and member id is delivered, with its delivery count; nothing raises."""
+    me = parts.io.id
+    state = GroupMembership("fuzzed", "g", me, 10, GroupTerms(), auto_ack=True)
+    parts.io.members.states["fuzzed"] = state
+    parts.io.members.handles["fuzzed"] = Subscription("fuzzed", state, lambda _t: None)
+    good = st.builds(Envelope, st.sampled_from(["fuzzed", "other"]), st.text(max_size=8),
+                     st.integers(min_value=0, max_value=2**64 - 1), st.integers(min_value=0, max_value=2**63),
+                     st.binary(max_size=20), st.none() | st.text(max_size=5), st.integers(-1, 10))
+    frames = (st.tuples(good, st.sampled_from(["g", "h"]), st.sampled_from([me, "someone"]), st.integers(-1, 6),
+                        st.integers(-1, 6)).map(lambda t: _pack([2, f"{t[0].topic}\x00{t[1]}\x00{t[2]}",
+                                                                 t[0].publisher, t[0].seq, t[0].sent_ns, t[0].payload,
+                                                                 t[3], t[4], t[0].key, t[0].priority]))
+              | st.binary(max_size=60).map(lambda b: DISPATCH_PREFIX + b) | values.map(_pack))
+
+    def check(frame: bytes) -> None:
+        try:
+            d = decode_dispatch(frame)
+        except EnvelopeError:
+            d = None
+        else:
+            assert decode_dispatch(encode_dispatch(d.env, d.group, d.member, d.deliveries, d.max_deliver)) == d
+        taken = parts.io.members.on_frame(frame, 0, lambda _why: None)
+        delivered, state.deliveries = state.deliveries, []
+        assert len(delivered) == (taken is not None)
+        if delivered:
+            (m,) = delivered
+            assert d is not None and (d.env.topic, d.group, d.member) == ("fuzzed", "g", me)
+            assert m.deliveries == d.deliveries >= 1 and m.redelivered == (d.deliveries > 1)
+            m.ack()
+
+    fuzz(examples, frames, check)
+    assert state.held == 0
 
 
 @pytest.mark.parametrize("examples", SIZES)
