@@ -193,7 +193,8 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
                connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Show the topic's id, owner node, publishers (with strength and history) and subscriber count."""
+    """Show the topic's id, owner node, publishers (with strength and history), subscriber count, and each
+    consumer group: its members, backlog, in flight, delivered, redelivered and dead-lettered."""
     from pubsub.directory import topic_info as read_info
 
     with dht_client(via, curve, connect_timeout) as client:
@@ -208,6 +209,13 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                          f"history {p['history']}  retain {retain.get('messages')} messages / "
                          f"{retain.get('seconds')} s / {retain.get('bytes')} bytes"
                          + ("  archived by the owner" if p.get("archive") else ""))
+        for name, g in o.get("groups", {}).items():
+            lines.append(f"group {name}: {plural(len(g['members']), 'member')}, backlog {g['backlog']}, in flight "
+                         f"{g['in_flight']}, delivered {g['delivered']} ({g['redelivered']} redelivered), "
+                         f"dead-lettered {g['dead_lettered']}")
+            for mid, m in g["per_member"].items():
+                lines.append(f"  {mid}  in flight {m['in_flight']}  delivered {m['delivered']}  acked {m['acked']}"
+                             + ("" if m["joined"] else "  (not dispatched to by any publisher now)"))
         return "\n".join(lines)
 
     emit(info, as_json, human)

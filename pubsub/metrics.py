@@ -51,6 +51,46 @@ class ClientCollector:
         yield from families.values()
         yield publishers
         yield latency
+        yield from _groups(client, label)
+
+
+def _groups(client: Any, label: str) -> Iterator[Any]:
+    """A publisher's consumer groups (what it dispatched, what waits, what is in flight per member) and
+    a member's settlements."""
+    gauges = {name: GaugeMetricFamily(f"chordpub_group_{name}", doc, labels=["client", "topic", "group"])
+              for name, doc in (("backlog", "Messages waiting at this publisher for a member of the group."),
+                                ("members", "Members of the group this publisher dispatches to."))}
+    counters = {name: CounterMetricFamily(f"chordpub_group_{name}", doc, labels=["client", "topic", "group"])
+                for name, doc in (("dispatched", "Messages this publisher sent to the group's members (every "
+                                                 "delivery, redeliveries included)."),
+                                  ("dead_lettered", "Messages the group will never get from this publisher "
+                                                    "(max_deliver reached, or retention let them go)."))}
+    in_flight = GaugeMetricFamily("chordpub_group_in_flight", "Messages sent to a member and not yet acknowledged.",
+                                  labels=["client", "topic", "group", "member"])
+    redelivered = CounterMetricFamily("chordpub_group_redelivered", "Deliveries to a member of a message that "
+                                      "had been delivered before.", labels=["client", "topic", "group", "member"])
+    with client.publishing.lock:
+        stats = [(t, name, g.stats()) for t, name, g in client.publishing.groups.items()]
+    for topic, name, g in stats:
+        gauges["backlog"].add_metric([label, topic, name], g["backlog"])
+        gauges["members"].add_metric([label, topic, name], sum(m["connected"] for m in g["members"].values()))
+        counters["dispatched"].add_metric([label, topic, name], g["dispatched"])
+        counters["dead_lettered"].add_metric([label, topic, name], g["dead_lettered"])
+        for member, m in g["members"].items():
+            in_flight.add_metric([label, topic, name, member], m["in_flight"])
+            redelivered.add_metric([label, topic, name, member], m["redelivered"])
+    settled = CounterMetricFamily("chordpub_member_settled", "Messages this member settled, by outcome.",
+                                  labels=["client", "topic", "group", "outcome"])
+    for topic, sub in list(client._subscriptions.items()):
+        s = sub.summary()
+        if s.get("group") is not None:
+            for outcome in ("acked", "naked", "dead_lettered"):
+                settled.add_metric([label, topic, s["group"], outcome], s[outcome])
+    yield from gauges.values()
+    yield from counters.values()
+    yield in_flight
+    yield redelivered
+    yield settled
 
 
 def _buckets(histogram: Any) -> tuple[list[tuple[str, int]], float]:

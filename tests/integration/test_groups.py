@@ -26,6 +26,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import stop_processes, wait_for
 from tests.conftest import jsonl, one_error_line, run_cli, start_module_ring
+from tests.helpers.prometheus import scrape, value
 
 HB = 0.5
 
@@ -401,3 +402,26 @@ def test_a_client_refuses_a_group_on_a_topic_it_follows_plainly(ring):
             client.subscribe("other", group="g", prefetch=0)
         with pytest.raises(ValueError, match="mode must be direct"):
             client.subscribe("other", group="g", mode="relay")
+
+
+def test_topic_info_and_the_metrics_show_each_group(ring):
+    via = ring.nodes[2].endpoint
+    with Client(via, heartbeat=HB, metrics_port=0) as publisher, Client(via, heartbeat=HB, metrics_port=0) as member:
+        held = threading.Event()
+        sub = member.subscribe("shown", group="viewers", prefetch=5, callback=lambda m: held.wait(30))
+        publisher.advertise("shown")
+        for i in range(20):
+            publisher.publish("shown", str(i))
+        wait_for(lambda: publisher.topic_info("shown")["groups"]["viewers"]["in_flight"] == 5, 30,
+                 what="the member's prefetch in flight")
+        info = publisher.topic_info("shown")["groups"]["viewers"]
+        assert info["members"] == [member.id] and info["backlog"] == 15 and info["per_member"][member.id]["joined"]
+        pub_samples = scrape(publisher.metrics_endpoint)
+        assert value(pub_samples, "chordpub_group_backlog", group="viewers") == 15
+        assert value(pub_samples, "chordpub_group_in_flight", group="viewers", member=member.id) == 5
+        held.set()
+        wait_for(lambda: sub.summary()["acked"] == 20, 30, what="all 20 acked")
+        wait_for(lambda: value(scrape(member.metrics_endpoint), "chordpub_member_settled_total", group="viewers",
+                               outcome="acked") == 20, 10, what="the member's metrics")
+        cli = run_cli("topic", "info", "shown", "--via", via)
+        assert cli.returncode == 0 and "group viewers" in cli.stdout and "1 member" in cli.stdout, cli.stdout

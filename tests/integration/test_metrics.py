@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import json
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from chordpub import Client
 from chordpub.launcher import wait_for
-
-
-def scrape(endpoint: str) -> dict[tuple[str, tuple], float]:
-    """Every sample of http://endpoint/metrics, keyed by (name, sorted labels)."""
-    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    hits = [v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())]
-    assert len(hits) == 1, (name, labels, [k for k in samples if k[0] == name])
-    return hits[0]
+from tests.helpers.prometheus import scrape, value
 
 
 def test_a_node_and_a_subscriber_export_moving_counters(ring_factory, tmp_path):
