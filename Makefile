@@ -8,7 +8,7 @@ STAMP_NB   := $(VENV)/.installed-notebooks
 DEB_PACKAGES := mininet bridge-utils iputils-ping
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint notebooks system-deps clean
+.PHONY: demo test lint notebooks system-deps bench-groups clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,15 @@ test: $(STAMP_TEST) system-deps
 NOTEBOOK_ARGS ?=
 notebooks: $(STAMP_NB)
 	$(VENV)/bin/jupyter lab notebooks/ --no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(NOTEBOOK_ARGS)
+
+# The work-queue benchmark against NATS JetStream: nats-server from Debian's packages (as root, when
+# missing) and nats-py into the venv; neither is a dependency of chordpub itself.
+bench-groups: $(STAMP_RUN)
+	@command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || { \
+	  if [ "$$(id -u)" = "0" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends nats-server; else echo "install nats-server (Debian package) first"; exit 2; fi; }
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/groups.py
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

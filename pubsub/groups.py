@@ -223,8 +223,9 @@ class PublisherGroups:
             self.dead.append(letter)
 
     def owing(self) -> int:
-        """Messages that groups with a connected member still owe (what a closing publisher waits for)."""
-        return sum(len(g.pending) for _t, _n, g in self.items() if g.live and not g.terms.durable)
+        """Messages groups that are not durable still lack (what a closing publisher waits for: their
+        members may be joining us still)."""
+        return sum(len(g.pending) for _t, _n, g in self.items() if not g.terms.durable)
 
     def abandon(self) -> list[DeadLetter]:
         """The publisher closes: what groups that are not durable still lack is lost to them, and said

@@ -425,3 +425,14 @@ def test_topic_info_and_the_metrics_show_each_group(ring):
                                outcome="acked") == 20, 10, what="the member's metrics")
         cli = run_cli("topic", "info", "shown", "--via", via)
         assert cli.returncode == 0 and "group viewers" in cli.stdout and "1 member" in cli.stdout, cli.stdout
+
+
+def test_the_work_queue_example_runs_and_does_every_job_once(ring):
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "examples" / "work_queue.py"), "--via", ring.nodes[0].endpoint],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {**report, "jobs": 300, "each_once": True, "workers": 4, "dead_lettered": ["job broken"],
+                      "keys_in_order": True}
+    assert report["group_delivered"] >= 303  # every job once, the broken one three times
