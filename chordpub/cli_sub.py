@@ -121,7 +121,7 @@ def sub(
     check_source(source)
     setup_logging(log_level, log_file)
     if group is not None:
-        work = _check_group(group, prefetch, ack_wait, max_deliver, exec_cmd, history, reliable, mode, durable)
+        work = _check_group(group, prefetch, ack_wait, max_deliver, exec_cmd, history, reliable, mode, durable, trace)
     elif exec_cmd or key_ordered or durable_group:
         fail("--exec, --key-ordered and --durable-group are for a consumer group: give --group")
     if (durable is None) != (data_dir is None) and group is None:
@@ -207,7 +207,7 @@ def sub(
 
 
 def _check_group(group: str, prefetch: int, ack_wait: float, max_deliver: int, exec_cmd: str | None,
-                 history: int, reliable: bool, mode: str, durable: str | None):  # noqa: ANN202 - (Message) -> None
+                 history: int, reliable: bool, mode: str, durable: str | None, trace: Path | None):  # noqa: ANN202 - (Message) -> None
     """--group's options checked (one line and exit 2 for each mistake); the --exec runner."""
     from pubsub.dispatch import MAX_PREFETCH, check_group
 
@@ -221,9 +221,9 @@ def _check_group(group: str, prefetch: int, ack_wait: float, max_deliver: int, e
         fail(f"--ack-wait must be seconds in (0, 86400], got {ack_wait:g}")
     if max_deliver < 1:
         fail(f"--max-deliver must be at least 1, got {max_deliver}")
-    if history or reliable or durable or mode != "direct":
-        fail("--group takes neither --history, --reliable, --durable nor --mode relay: a group's delivery is "
-             "acknowledged already (--durable-group keeps its backlog)")
+    if history or reliable or durable or mode != "direct" or trace:
+        fail("--group takes neither --history, --reliable, --durable, --mode relay nor --trace: a group's delivery "
+             "is acknowledged already (--durable-group keeps its backlog; topic info and the metrics count it)")
     return _exec_runner(exec_cmd) if exec_cmd else None
 
 

@@ -79,7 +79,7 @@ class Client:
     `heartbeat` the seconds between lease renewals (a registration lives three heartbeats after its
     client dies); `curve` a keys directory from `chordpub keys generate` (CurveZMQ on every socket, as
     `role`); `timeout` bounds every call that waits on the ring (the constructor's first contact
-    included); `trace` appends every delivery to a JSON Lines file in the trace schema;
+    included); `trace` appends every delivery of a plain subscription to a JSON Lines file in the trace schema;
     `on_dead_letter` is told of messages a reliable subscription will never get; callbacks run on the
     client's io thread (keep them short: while one runs, nothing else of this client is delivered or
     served), or on a thread of their own with `callback_thread=True`; `context` lets
