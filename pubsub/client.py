@@ -38,6 +38,7 @@ from dht.transport import Reply, RpcServer
 from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
+    GRP,
     LEASE_HEARTBEATS,
     PUB,
     SUB,
@@ -198,7 +199,8 @@ class Client:
         entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
         reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
                            relay_service="relay_in" if mode == "relay" else None,
-                           on_placed=lambda r: placed.set_result(r.counted),
+                           on_placed=lambda r: placed.set_result((r.counted, r.fields or {})),
+                           read=GRP if mode == "direct" else None,
                            on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
                            count=f"{SUB}{mode}/")
         self.registrar.call(lambda: self.registrar.register(reg))
@@ -208,13 +210,13 @@ class Client:
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         try:
-            subscribers = placed.result(wait)
+            subscribers, fields = placed.result(wait)
         except FutureTimeout:
             self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
             self.publishing.remove(topic)
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
         if mode == "direct":
-            expect_groups(self, topic)
+            expect_groups(self, topic, fields)
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
                             min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from dht.client import DhtError
 from pubsub.delivery import Dispatcher, Subscription
-from pubsub.directory import GRP, member_field, member_value, members_from_fields
+from pubsub.directory import member_field, member_value, members_from_fields
 from pubsub.dispatch import MAX_PREFETCH, ORDERINGS, GroupTerms, check_group
 from pubsub.member import GroupMembership
 from pubsub.message import Message
@@ -84,32 +84,21 @@ def join_group(client: Client, topic: str, group: str, mode: str, callback: Call
 
 
 
-def expect_groups(client: Client, topic: str) -> None:
-    """The consumer groups the topic's record lists are owed our messages from the first one on,
-    before their members have joined us (they do as soon as they hear of us)."""
-    answer: Future = Future()
-
-    def ask() -> None:
-        try:
-            fields = client.registrar.dht.record_item({"k": topic, "read": GRP}).get("fields") or {}
-            answer.set_result(members_from_fields(fields if isinstance(fields, dict) else {}))
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
-            answer.set_exception(exc)
-
-    client.registrar.call(ask)
-    try:
-        groups = answer.result(client.timeout)
-    except (FutureTimeout, DhtError) as exc:
-        log.warning("%s: could not read the topic's consumer groups (%s); members get what is published "
-                    "once they join", topic, exc)
-        return
-    for group, members in groups.items():
+def expect_groups(client: Client, topic: str, fields: dict) -> None:
+    """The consumer groups the topic's record lists (its "grp/" fields, read when the publication was
+    placed) are owed our messages from the first one on, before their members have joined us (they do
+    as soon as they hear of us)."""
+    for group, members in members_from_fields(fields).items():
         terms = next(iter(members.values()))
+        try:
+            expected = GroupTerms(str(terms.get("ordering", "none")), max_deliver=int(terms.get("max_deliver") or 5),
+                                  durable=bool(terms.get("durable")))
+            check_group(group)
+        except (TypeError, ValueError) as exc:
+            log.warning("%s: ignoring group %r of the record: %s", topic, group, exc)
+            continue
         with client.publishing.lock:
-            client.publishing.groups.expect(topic, group, GroupTerms(
-                terms.get("ordering", "none"), max_deliver=int(terms.get("max_deliver") or 5),
-                durable=bool(terms.get("durable"))))
-
+            client.publishing.groups.expect(topic, group, expected)
 
 
 def settle_groups(client: Client, wait: float) -> None:

@@ -79,12 +79,14 @@ class GroupMembership:
 
     # -- settling (any thread) ---------------------------------------------------------------------------
     def settle(self, msg: Message, how: str) -> None:
-        """"ack" or "nak" one message (a second settlement of the same delivery does nothing)."""
+        """"ack" or "nak" one message (a second settlement of the same delivery does nothing, nor does one
+        of an earlier delivery: a nak can bring the message back before its callback has returned)."""
         letter = None
         with self._lock:
-            held = self._held.pop((msg.publisher, msg.seq), None)
-            if held is None:
-                return
+            held = self._held.get((msg.publisher, msg.seq))
+            if held is None or held[0] != msg.deliveries:
+                return  # settled already, or an earlier delivery of a message that has come again since
+            del self._held[(msg.publisher, msg.seq)]
             deliveries, max_deliver = held
             was_empty = not any(self._outbox.values())
             box = self._outbox.setdefault(msg.publisher, Outbox())

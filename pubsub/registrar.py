@@ -212,6 +212,8 @@ class Registrar:
                     item["read"] = PUB
                     if reg.archive_read:
                         item["names"] = LOG
+                elif reg.read is not None and not reg.placed:
+                    item["read"] = reg.read
                 items.append(item)
             self._send(owner, group, items, about=True)
 
@@ -275,7 +277,10 @@ class Registrar:
             epoch = result.get("epoch")
             if isinstance(result.get("names"), list):
                 reg.archived = archived_publishers([n for n in result["names"] if isinstance(n, str)])
-            if "fields" in result:
+            if "fields" in result and not reg.watch:
+                fields = result.get("fields")
+                reg.fields = fields if isinstance(fields, dict) else {}
+            elif "fields" in result:
                 reg.need_read = False
                 reg.read_at = now
                 self._set_publishers(reg, result.get("fields"), epoch)

@@ -40,6 +40,8 @@ class Registration:
     archive_read: bool = False  # a subscription that wants history: list the topic's archive too
     archived: dict[str, ArchivedPublisher] = field(default_factory=dict)  # from the archive's segment names
     mode: str = "direct"
+    read: str | None = None  # a publication: read these fields of the record when placed (its groups)
+    fields: dict | None = None  # what that read found
 
     def all_publishers(self, owed: Callable[[str], bool] | None = None) -> list[PublisherEntry]:
         """The registered publishers, and the archived ones no longer registered (served from the

@@ -96,18 +96,23 @@ def test_each_message_goes_to_one_member_and_every_plain_subscriber_gets_all(rin
 
 
 def test_a_slow_member_gets_less_never_more_than_its_prefetch_and_the_group_keeps_its_pace(ring):
+    """What the members can handle is measured, not assumed: each handler's own time (a sleep runs long
+    on a loaded machine), and the group's rate is judged against the sum of 1 / that time."""
     via = ring.nodes[0].endpoint
     prefetch, total = 20, 1500
     work = {"fast": 0.004, "slow": 0.040}  # seconds of work a message: the slow one is 10x slower
     got: Counter[str] = Counter()
+    busy: Counter[str] = Counter()
     most_held: Counter[str] = Counter()
     subs = {}
     done = threading.Event()
 
     def member(name: str):  # noqa: ANN202
         def take(m) -> None:  # noqa: ANN001
-            most_held[name] = max(most_held[name], subs[name]._state.held)
+            most_held[name] = max(most_held[name], subs[name].summary()["held"])
+            t0 = time.monotonic()
             time.sleep(work[name])  # the work
+            busy[name] += time.monotonic() - t0
             got[name] += 1
             if sum(got.values()) >= total:
                 done.set()
@@ -123,10 +128,12 @@ def test_a_slow_member_gets_less_never_more_than_its_prefetch_and_the_group_keep
             publisher.publish("jobs", str(i))
         assert done.wait(60), got
         took = time.monotonic() - t0
-    capacity = sum(1 / w for w in work.values())
+    capacity = sum(got[n] / busy[n] for n in work)  # messages a second each handler took, summed
     rate = total / took
     assert max(most_held.values()) <= prefetch, most_held
-    assert 0.05 <= got["slow"] / got["fast"] <= 0.2, got
+    assert 0.05 <= got["slow"] / got["fast"] <= 0.25, got  # about a tenth
+    # each got in proportion to its measured speed: both were kept busy about as long
+    assert 0.6 <= busy["slow"] / busy["fast"] <= 1.6, (dict(got), dict(busy))
     assert rate >= 0.8 * capacity, f"{rate:.0f} msg/s against {capacity:.0f} the members can handle"
     print(f"groups: fast {got['fast']}, slow {got['slow']} (0.1 expected), {rate:.0f} msg/s of {capacity:.0f} "
           f"({rate / capacity:.2f}); most held {dict(most_held)} (prefetch {prefetch})")
@@ -210,7 +217,7 @@ def test_a_rolling_restart_of_every_member_under_load_never_stops_delivery_for_t
 def test_key_order_holds_and_only_the_changed_members_keys_move_when_one_dies_and_one_joins(ring, workers):
     via = ring.nodes[0].endpoint
     keys = [f"k{i}" for i in range(1000)]
-    started = {n: workers(n, via, "keyed", "kw", ordering="key", delay=0.0005) for n in ("A", "B", "C", "D")}
+    started = {n: workers(n, via, "keyed", "kw", ordering="key", delay=0.002) for n in ("A", "B", "C", "D")}
     outs = {n: out for n, (_, out) in started.items()}
     rounds = 12
     with Client(via, heartbeat=HB) as publisher:
@@ -227,7 +234,7 @@ def test_key_order_holds_and_only_the_changed_members_keys_move_when_one_dies_an
             if r == 3:
                 started["A"][0].send_signal(signal.SIGKILL)
             if r == 6:
-                _, outs["E"] = workers("E", via, "keyed", "kw", ordering="key", delay=0.0005)
+                _, outs["E"] = workers("E", via, "keyed", "kw", ordering="key", delay=0.002)
                 wait_for(lambda: joined() == 4, 30, what="E joined the publisher")
             time.sleep(0.2)  # pacing the publisher (rounds spread over a few seconds), not synchronizing
         total = rounds * len(keys)
@@ -350,18 +357,28 @@ def test_sub_group_exec_acks_what_the_command_handles_and_dead_letters_what_it_f
                                  "--group", "sh", "--exec", command, "--max-deliver", "2", "--dead-letter", str(dead),
                                  "--print", "--format", "json", "--seconds", "60", "--heartbeat", str(HB)],
                                 stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    failure = None
     try:
         with Client(via, heartbeat=HB) as publisher:
             publisher.advertise("shell-jobs")
-            wait_for(lambda: publisher.topic_info("shell-jobs")["groups"].get("sh", {}).get("publishers"), 30,
-                     what="the shell member joined")
+
+            def joined() -> bool:
+                group = publisher.topic_info("shell-jobs")["groups"].get("sh", {})
+                return any(m["joined"] for m in group.get("per_member", {}).values())
+
+            wait_for(joined, 30, what="the shell member joined")
             for i in range(10):
                 publisher.publish("shell-jobs", f"bad {i}" if i in (3, 7) else f"good {i}")
-            wait_for(lambda: len(jsonl(dead)) == 2 and handled.exists() and len(handled.read_text().split("\n")) > 8,
-                     60, what="8 handled and 2 dead-lettered")
+            try:
+                wait_for(lambda: len(jsonl(dead)) == 2 and handled.exists()
+                         and len(handled.read_text().split()) == 16, 60, what="8 handled and 2 dead-lettered")
+            except TimeoutError as exc:
+                failure = exc
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
+    assert failure is None, f"{failure}; handled {handled.read_text() if handled.exists() else None!r}, " \
+                            f"dead {jsonl(dead)}, printed {jsonl(out)}, stderr:\n{err[-3000:]}"
     rows = jsonl(out)
     assert sorted(handled.read_text().split()) == sorted(f"{w}" for i in range(10) if i not in (3, 7)
                                                          for w in ("good", str(i))), handled.read_text()

@@ -119,7 +119,7 @@ def test_an_application_that_never_takes_its_messages_has_them_dropped_counted_a
         with Client(via, heartbeat=HB) as publisher:
             publisher.advertise("hoard")
             sent, rss = 0, []
-            for target in (50_000, 250_000):
+            for target in (50_000, 150_000, 350_000):
                 while sent < target:
                     sent += 1
                     publisher.publish("hoard", PAYLOAD)
@@ -140,9 +140,12 @@ def test_an_application_that_never_takes_its_messages_has_them_dropped_counted_a
         stop_processes([proc], grace=5)
     stderr = proc.stderr.read()
     assert f["queued"] == 1000, "the queue holds pending_limit messages"
-    assert f["dropped"] == f["received"] - 1000 > 150_000, "what did not fit was dropped and counted"
+    assert f["dropped"] == f["received"] - 1000 > 250_000, "what did not fit was dropped and counted"
     assert "the application is not keeping up" in stderr and "messages dropped so far" in stderr
     assert f["received"] + f["lost"] == sent
-    assert rss[1] - rss[0] < 16, f"RSS grew from {rss[0]:.0f} to {rss[1]:.0f} MB over 200,000 more messages"
+    # flat: the allocator settles in the first messages; after, 200,000 more (200 MB of payloads, had
+    # they been kept) move RSS by a few MB, whatever else the machine is doing
+    assert rss[2] - rss[1] < 24 and rss[2] - rss[0] < 64, f"RSS {rss} MB at 50,000, 150,000 and 350,000 messages"
     print(f"hoarding subscriber: {f['dropped']} dropped of {f['received']} received, {f['lost']} lost at the "
-          f"high-water marks; RSS {rss[0]:.1f} MB at 50,000 and {rss[1]:.1f} MB at {sent} messages of 1 kB")
+          f"high-water marks; RSS {', '.join(f'{r:.1f}' for r in rss)} MB at 50,000, 150,000 and {sent} messages "
+          f"of 1 kB")
