@@ -38,6 +38,9 @@ from pubsub.publication import Publication
 log = logging.getLogger(__name__)
 
 IDLE_GRACE = 30.0  # seconds a group with no member keeps its backlog (not durable)
+MAX_GROUPS = 256  # consumer groups per topic at one publisher
+MAX_MEMBERS = 1024  # members per group at one publisher
+MAX_FILTERS = 65_536  # members' dispatch filters remembered at our PUB socket
 HOLD_PREFIX = "//group/"  # a group's name among the history's acknowledged positions (no client id starts so)
 
 
@@ -69,6 +72,10 @@ class PublisherGroups:
         if pub.mode != "direct":
             return f"{topic!r} is published in relay mode here: consumer groups are dispatched directly"
         g = self.get(topic, group)
+        if g is None and len(self.groups.get(topic, {})) >= MAX_GROUPS:
+            return f"{topic!r} has {MAX_GROUPS} consumer groups at this publisher already"
+        if g is not None and member not in g.members and len(g.members) >= MAX_MEMBERS:
+            return f"group {group!r} of {topic!r} has {MAX_MEMBERS} members at this publisher already"
         if g is None or (not g.members and not g.terms.durable and g.refusal(terms)):
             g = self._make(pub, group, terms, pending=g)  # (an idle group takes the new terms)
         refusal = g.refusal(terms)
@@ -88,7 +95,7 @@ class PublisherGroups:
         """The topic's record lists this group: it is owed our messages from now on, before any of
         its members joins us."""
         pub = self.publications.get(topic)
-        if pub is not None and self.get(topic, group) is None:
+        if pub is not None and self.get(topic, group) is None and len(self.groups.get(topic, {})) < MAX_GROUPS:
             self._make(pub, group, terms)
 
     def _make(self, pub: Publication, group: str, terms: GroupTerms, floor: int | None = None, sent: int = 0,
@@ -115,7 +122,10 @@ class PublisherGroups:
         address = parse_dispatch_filter(raw)
         if address is None:
             return False
-        (self.filters.add if on else self.filters.discard)(address)
+        if not on:
+            self.filters.discard(address)
+        elif len(self.filters) < MAX_FILTERS:
+            self.filters.add(address)
         topic, group, member = address
         g = self.get(topic, group)
         if g is not None:

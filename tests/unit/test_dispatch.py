@@ -245,3 +245,22 @@ def test_whatever_happens_every_message_is_acked_or_dead_lettered_once_and_a_key
     if ordering == "key":
         for key, seqs in first_sent.items():
             assert seqs == sorted(seqs), f"key {key} ran ahead of itself: {seqs}"
+
+
+def test_a_publisher_bounds_its_groups_and_members():
+    from pubsub.groups import MAX_GROUPS, MAX_MEMBERS, PublisherGroups
+    from pubsub.publication import Publication
+
+    pub = Publication("t", "p")
+    sent: list[bytes] = []
+    groups = PublisherGroups("p", None, {"t": pub}, sent.append)
+    terms = GroupTerms()
+    for i in range(MAX_GROUPS):
+        assert groups.join("t", f"g{i}", "m", 1, terms, 3.0) is None
+    assert "256 consumer groups" in groups.join("t", "one-more", "m", 1, terms, 3.0)
+    for i in range(MAX_MEMBERS - 1):
+        assert groups.join("t", "g0", f"m{i + 1}", 1, terms, 3.0) is None
+    assert "1024 members" in groups.join("t", "g0", "newcomer", 1, terms, 3.0)
+    assert groups.join("t", "g0", "m", 1, terms, 3.0) is None  # a member already there renews
+    assert "not publish" in groups.join("nothing", "g0", "m", 1, terms, 3.0)
+    assert "ordered by" in groups.join("t", "g0", "m", 1, GroupTerms(ordering="key"), 3.0)
