@@ -162,8 +162,9 @@ def pub(
             for i, line in enumerate(payloads):
                 payload, this_key = line, key
                 if keyed_lines:
-                    raw_key, tab, payload = line.partition(b"\t")
+                    raw_key, tab, rest = line.partition(b"\t")
                     this_key = raw_key.decode("utf-8", errors="replace") if tab and raw_key else None
+                    payload = rest if tab else line
                     if this_key is None:
                         logging.getLogger("chordpub.pub").warning("line %d has no KEY<TAB>: sent without a key",
                                                                   i + 1)

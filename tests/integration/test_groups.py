@@ -453,3 +453,23 @@ def test_the_work_queue_example_runs_and_does_every_job_once(ring):
     assert report == {**report, "jobs": 300, "each_once": True, "workers": 4, "dead_lettered": ["job broken"],
                       "keys_in_order": True}
     assert report["group_delivered"] >= 303  # every job once, the broken one three times
+
+
+def test_pub_gives_keys_per_line_and_priorities_from_the_command_line(ring, tmp_path):
+    via = ring.nodes[0].endpoint
+    got: list[tuple[str | None, int, str]] = []
+    with Client(via, heartbeat=HB) as member:
+        member.subscribe("cli-keys", group="k", ordering="key", callback=lambda m: got.append((m.key, m.priority,
+                                                                                               m.text)))
+        lines = "alice\tfirst\nbob\tsecond\nalice\tthird\nno key here\n"
+        proc = subprocess.run([sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", "cli-keys",
+                               "--stdin", "--keyed-lines", "--priority", "7", "--heartbeat", str(HB)],
+                              input=lines, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        wait_for(lambda: len(got) == 4, 30, what="the four lines")
+    assert sorted(got, key=lambda g: g[2]) == [("alice", 7, "first"), (None, 7, "no key here"), ("bob", 7, "second"),
+                                               ("alice", 7, "third")]
+    assert "line 4 has no KEY<TAB>" in proc.stderr
+    bad = run_cli("pub", "--via", via, "--topic", "t", "--message", "x", "--priority", "10")
+    one_error_line(bad, "--priority")
+    one_error_line(run_cli("pub", "--via", via, "--topic", "t", "--message", "x", "--keyed-lines"), "--keyed-lines")
