@@ -175,6 +175,11 @@ def listen_addresses(host: str, bind: str | None, advertise: str | None):  # -> 
         fail(str(exc))
 
 
+def client_ports_option() -> Any:
+    return typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 (the PUB "
+                        "socket) instead of free ports: for a firewall or a container's port map.")
+
+
 def metrics_port_option() -> Any:
     return typer.Option(None, "--metrics-port", min=0, max=65535,
                         help="Serve Prometheus metrics on http://HOST:PORT/metrics (0: a free port, named in the "

@@ -20,6 +20,7 @@ from chordpub.cli_common import (
     bind_option,
     check_mode,
     clean_errors,
+    client_ports_option,
     connect_timeout_option,
     dht_client,
     emit,
@@ -110,8 +111,7 @@ def pub(
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
-    ports: int = typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 "
-                              "(the PUB socket) instead of free ports: for a firewall or a container's port map."),
+    ports: int = client_ports_option(),
     key: str = typer.Option(None, help="Every message's key: a key-ordered consumer group hands one key's messages "
                             "to one member at a time, in order."),
     keyed_lines: bool = typer.Option(False, "--keyed-lines", help="With --stdin: each line is KEY<TAB>PAYLOAD."),

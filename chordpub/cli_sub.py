@@ -19,6 +19,7 @@ from chordpub.cli_common import (
     check_mode,
     check_source,
     clean_errors,
+    client_ports_option,
     connect_timeout_option,
     endpoint_arg,
     fail,
@@ -93,8 +94,7 @@ def sub(
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),
-    ports: int = typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 "
-                              "(the PUB socket) instead of free ports: for a firewall or a container's port map."),
+    ports: int = client_ports_option(),
     group: str = typer.Option(None, help="Join this consumer group: each message of the topic goes to one member "
                               "of the group (and to every plain subscriber); acknowledged, redelivered when a "
                               "member fails or dies."),
