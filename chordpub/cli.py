@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from chordpub import (
+    cli_acl,
     cli_analyze,
     cli_config,
     cli_dlq,
@@ -61,6 +62,7 @@ app.add_typer(cli_topo.topo_app, name="topo")
 app.add_typer(cli_mininet.mininet_app, name="mininet")
 app.command("analyze")(cli_analyze.analyze)
 app.add_typer(cli_keys.keys_app, name="keys")
+app.add_typer(cli_acl.acl_app, name="acl")
 app.add_typer(cli_study.study_app, name="study")
 app.add_typer(cli_config.config_app, name="config")
 

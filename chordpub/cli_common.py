@@ -175,6 +175,26 @@ def listen_addresses(host: str, bind: str | None, advertise: str | None):  # -> 
         fail(str(exc))
 
 
+def acl_option() -> Any:
+    return typer.Option(None, "--acl", help="A policy file (TOML; docs/security.md): who may publish and subscribe "
+                        "which topics, enforced here by each peer's CURVE key (needs --curve); read again "
+                        "when it changes.")
+
+
+def check_acl(acl: Path | None, curve: Path | None) -> None:
+    """A policy needs keys, and must be readable and right before anything starts: one line, exit 2."""
+    if acl is None:
+        return
+    from dht.policy import Policy, PolicyError
+
+    if curve is None:
+        fail("--acl needs --curve: without keys no peer has a name the policy could judge")
+    try:
+        Policy.load(acl)
+    except PolicyError as exc:
+        fail(str(exc))
+
+
 def client_ports_option() -> Any:
     return typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 (the PUB "
                         "socket) instead of free ports: for a firewall or a container's port map.")

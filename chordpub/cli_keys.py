@@ -1,4 +1,5 @@
-"""`chordpub keys generate DIR`: the CURVE keypairs of a deployment (dht/curve.py says which and why)."""
+"""`chordpub keys generate DIR` and `keys add NAME DIR`: the CURVE keypairs of a deployment and its
+principals (dht/curve.py says which and why)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,19 @@ def generate(directory: Path = typer.Argument(..., help="New directory for the k
     typer.echo(json.dumps(out) if as_json else
                f"keys for {', '.join(sorted(written))} in {directory}; admitted public keys in "
                f"{directory / 'authorized'} (secret keys are mode 600: copy only what each host needs)")
+
+
+@keys_app.command("add")
+@clean_errors
+def add(name: str = typer.Argument(..., help="The principal's name, as a policy (--acl) names it."),
+        directory: Path = typer.Argument(..., help="The keys directory (from `chordpub keys generate`)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Make a principal: one more client keypair, NAME, admitted by the servers (restart them to admit
+    it). A process presents it with --principal NAME (Client(role=NAME)); a policy says what it may
+    publish and subscribe."""
+    from dht.curve import add_principal
+
+    secret = add_principal(directory, name)
+    out = {"principal": name, "secret": str(secret), "authorized": str(directory / "authorized" / f"{name}.key")}
+    typer.echo(json.dumps(out) if as_json else
+               f"principal {name}: {secret} (give it to that process alone) and {out['authorized']}")

@@ -17,8 +17,10 @@ import typer
 from chordpub.cli_common import (
     CURVE_HELP,
     HOST_HELP,
+    acl_option,
     advertise_option,
     bind_option,
+    check_acl,
     check_source,
     clean_errors,
     connect_timeout_option,
@@ -70,6 +72,7 @@ def node_start(
     run: str = typer.Option("live", help="Run name written in trace rows."),
     source: str = typer.Option("live", help="Source written in trace rows: live, or mininet for `mininet run`."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    acl: Path = acl_option(),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
     ports: int = typer.Option(0, min=0, max=65533, help="Listen on BASE, BASE+1 and BASE+2 for the node's other "
@@ -89,10 +92,11 @@ def node_start(
     for seed in seeds:
         endpoint_arg(seed, resolve=False)
     listen = listen_addresses(host, bind, advertise)
+    check_acl(acl, curve)
     config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port,
                         join=seeds or None, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
-                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every, ports=ports)
+                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every, ports=ports, acl=acl)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter
@@ -106,7 +110,7 @@ def node_start(
         from pubsub.relay import Relay
 
         relay_service = Relay(listen.bind, setup=setup, advertise=listen.host,
-                              ports=(ports + 1, ports + 2) if ports else (0, 0)).start()
+                              ports=(ports + 1, ports + 2) if ports else (0, 0), acl=acl).start()
         config.services.update(relay_service.services)
     node = ChordNode(config, setup=setup)
     hops = None
@@ -175,7 +179,7 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
         info = client.info()
     out = {k: info[k] for k in ("id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns",
                                 "records", "lookups_served", "neighbours_left", "remembered", "probes",
-                                "probe_bytes", "merges", "services")}
+                                "probe_bytes", "merges", "services", "denials")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -190,7 +194,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
             f"fingers     {len(distinct)} distinct: " + ", ".join(
                 f["endpoint"] + ("" if f.get("rtt_ms") is None else f" ({f['rtt_ms']:.1f} ms)") for f in distinct),
             f"keys        {o['keys']} owned (store entries); topics {o['records']} owned",
-            f"lookups     {o['lookups_served']} steps served",
+            f"lookups     {o['lookups_served']} steps served"
+            + (f"; a policy refused {sum(o['denials'].values())} requests" if o["denials"] else ""),
             "listening   " + ", ".join([f"{o['bind']} (rpc)"]
                                        + [f"{v} ({k})" for k, v in sorted(o["services"].items())]),
         ])

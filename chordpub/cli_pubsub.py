@@ -16,8 +16,10 @@ import typer
 from chordpub.cli_common import (
     CURVE_HELP,
     HOST_HELP,
+    acl_option,
     advertise_option,
     bind_option,
+    check_acl,
     check_mode,
     clean_errors,
     client_ports_option,
@@ -96,6 +98,9 @@ def pub(
     advertise: str = advertise_option(),
     trace: Path = typer.Option(None, help="Write what was sent (JSON Lines: topic, publisher, seq, sent_ns)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    principal: str = typer.Option("publisher", help="With --curve: the key this process presents (a role, or a "
+                                  "principal made with `chordpub keys add NAME DIR`); a policy judges it by it."),
+    acl: Path = acl_option(),
     connect_timeout: float = connect_timeout_option(),
     data_dir: Path = typer.Option(None, help="Keep every message here before it is sent, with the sequence "
                                   "numbering: restarted with the same directory, the publisher continues "
@@ -123,6 +128,7 @@ def pub(
     from chordpub import Client
 
     endpoint_arg(via)
+    check_acl(acl, curve)
     check_mode(mode)
     output_file(trace, "--trace")
     setup_logging(log_level, log_file)
@@ -150,7 +156,7 @@ def pub(
     sent = 0
     listen = listen_addresses(host, bind, advertise)
     with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
-                role="publisher", name=name, data_dir=data_dir, connect_timeout=connect_timeout,
+                role=principal, acl=acl, name=name, data_dir=data_dir, connect_timeout=connect_timeout,
                 metrics_port=metrics_port, ports=ports) as client:
         say_metrics(client)
         try:

@@ -11,6 +11,8 @@ import typer
 
 from chordpub.cli_common import (
     CURVE_HELP,
+    acl_option,
+    check_acl,
     clean_errors,
     connect_timeout_option,
     curve_setup,
@@ -43,6 +45,7 @@ def ring_up(
                                  "(default: runs/ring-DATE-TIME)."),
     wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    acl: Path = acl_option(),
     log_level: str = log_level_option(),
     log_file: Path = log_file_option(),
 ) -> None:
@@ -53,9 +56,10 @@ def ring_up(
     setup_logging(log_level, log_file)
 
     check_bits(bits)
+    check_acl(acl, curve)
     workdir = log_dir or Path("runs") / time.strftime("ring-%Y%m%d-%H%M%S")
     options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
-               "curve": curve}
+               "curve": curve, "acl": acl}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -14,8 +14,10 @@ import typer
 from chordpub.cli_common import (
     CURVE_HELP,
     HOST_HELP,
+    acl_option,
     advertise_option,
     bind_option,
+    check_acl,
     check_mode,
     check_source,
     clean_errors,
@@ -85,6 +87,9 @@ def sub(
                                  "stderr with --print: stdout then carries the messages alone)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary at the end (errors still go to stderr)."),
     curve: Path = typer.Option(None, help=CURVE_HELP),
+    principal: str = typer.Option("subscriber", help="With --curve: the key this process presents (a role, or a "
+                                  "principal made with `chordpub keys add NAME DIR`); a policy judges it by it."),
+    acl: Path = acl_option(),
     connect_timeout: float = connect_timeout_option(),
     durable: str = typer.Option(None, help="A durable subscription of this name (reliable): its position per "
                                 "publisher is committed to --data-dir after each message is handled, and a "
@@ -117,6 +122,7 @@ def sub(
     from chordpub import Client
 
     endpoint_arg(via)
+    check_acl(acl, curve)
     check_mode(mode)
     check_source(source)
     setup_logging(log_level, log_file)
@@ -164,7 +170,7 @@ def sub(
     try:
         listen = listen_addresses(host, bind, advertise)
         with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
-                    role="subscriber", trace=trace, trace_run=run,
+                    role=principal, acl=acl, trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
                     connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
             say_metrics(client)

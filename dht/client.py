@@ -209,6 +209,9 @@ class DhtClient:
                              ] if isinstance(remembered, list) else []
         for k in ("probes", "merges", "probe_bytes"):
             out[k] = body.get(k) if isinstance(body.get(k), int) else 0
+        denials = body.get("denials")  # what its policy refused, by operation
+        out["denials"] = {k: v for k, v in denials.items() if isinstance(k, str) and isinstance(v, int)
+                          } if isinstance(denials, dict) else {}
         out["pns"] = body.get("pns", 0)
         rtts = body.get("finger_rtt_ms")
         if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):

@@ -14,10 +14,16 @@ only clients whose key is in `authorized/` (ZAP, RFC 27), and everything on the 
 The `SocketSetup` hook of dht/transport.py is how this reaches every socket: `Curve.setup(sock,
 is_server)`. A socket that is never a server (the publisher's PUB in relay mode connects to the
 relay) is set up as a client.
+
+Principals: `chordpub keys add NAME DIR` makes one more client keypair, NAME, admitted like the roles;
+a process presents it with `role=NAME` (`--principal NAME`). The ZAP handler names every peer it admits
+by its key's file name in `authorized/` (the ZAP User-Id), so a listening socket knows who sent each
+message (`zmq.Frame.get("User-Id")`) and a policy (dht/policy.py) can say what that principal may do.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +31,12 @@ from pathlib import Path
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 SERVER = "server"
 ROLES = ("node", "publisher", "subscriber", "client")
 DOMAIN = "chordpub"
+_KEY_NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 
 
 class CurveError(ValueError):
@@ -54,6 +62,34 @@ def generate(directory: Path) -> dict[str, Path]:
     return written
 
 
+def add_principal(directory: Path, name: str) -> Path:
+    """DIR/NAME.key and NAME.key_secret, and DIR/authorized/NAME.key: a principal's keypair, admitted
+    by the servers (restart them to admit it) and named NAME in a policy."""
+    directory = Path(directory)
+    if not _KEY_NAME.match(name) or name == SERVER:
+        raise CurveError(f"a principal's name is 1..128 of A-Z a-z 0-9 . _ : @ - (not {SERVER!r}), got {name!r}")
+    if not (directory / "authorized").is_dir():
+        raise CurveError(f"{directory} holds no keys (make them with `chordpub keys generate {directory}`)")
+    if (directory / f"{name}.key_secret").exists():
+        raise CurveError(f"{directory} already holds a key named {name!r}")
+    public, secret = zmq.auth.create_certificates(str(directory), name)
+    Path(secret).chmod(0o600)
+    shutil.copy(public, directory / "authorized" / f"{name}.key")
+    return Path(secret)
+
+
+def principal_names(authorized: Path) -> dict[bytes, str]:
+    """The admitted public keys (Z85) and their names: each file's name in `authorized/`."""
+    names = {}
+    for path in sorted(Path(authorized).glob("*.key")):
+        try:
+            public, _ = zmq.auth.load_certificate(str(path))
+        except (OSError, ValueError):
+            continue
+        names[public] = path.stem
+    return names
+
+
 @dataclass(frozen=True)
 class Curve:
     """What one process needs: its role's keypair, the server keypair, and the authorized folder."""
@@ -70,9 +106,11 @@ class Curve:
         """The keys of `role`. A process that listens needs the server's secret too: every role but
         `client` (the one-shot commands) listens, unless `listen` says otherwise (a chordpub.Client
         presents the client key and listens)."""
-        if role not in ROLES:
-            raise CurveError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         directory = Path(directory)
+        if role == SERVER or not _KEY_NAME.match(role) or (
+                role not in ROLES and not (directory / f"{role}.key_secret").exists()):
+            raise CurveError(f"role must be one of {', '.join(ROLES)} or a principal made with `chordpub keys "
+                             f"add NAME {directory}`, got {role!r}")
         if not directory.is_dir():
             raise CurveError(f"no keys directory {directory} (make one with `chordpub keys generate DIR`)")
         listen = role != "client" if listen is None else listen
@@ -107,11 +145,14 @@ _authenticators: dict[int, ThreadAuthenticator] = {}
 
 
 def start_authenticator(curve: Curve, context: zmq.Context | None = None) -> ThreadAuthenticator:
-    """One ZAP handler per context, admitting the keys in DIR/authorized (started once)."""
+    """One ZAP handler per context, admitting the keys in DIR/authorized (started once) and naming
+    each peer by its key's file name there (its principal)."""
     context = context or zmq.Context.instance()
     auth = _authenticators.get(id(context))
     if auth is None:
         auth = ThreadAuthenticator(context)
+        names = principal_names(curve.directory / "authorized")
+        auth.curve_user_id = lambda key: names.get(z85.encode(key), z85.encode(key).decode("ascii"))
         auth.start()
         auth.configure_curve(domain=DOMAIN, location=str(curve.directory / "authorized"))
         _authenticators[id(context)] = auth

@@ -184,6 +184,7 @@ class Maintainer:
         self.replicate(full=node.rounds % FULL_EVERY == 0,
                        refresh=node.rounds % self.config.refresh_every == 0)
         self.expire_records()
+        node.check_policy()
         if self._hand_back_pending:
             self.hand_back()
         with node.lock:

@@ -91,7 +91,17 @@ class NodeCollector:
                                 labels=["node"])
         c.add_metric(label, node.prober.merges)
         yield c
+        yield denials_family("node", label[0], node.denials.count)
         yield self.hops.family(label)
+
+
+def denials_family(kind: str, name: str, count: dict[str, int]) -> CounterMetricFamily:
+    """What a policy refused (dht/gate.py's Denials), by operation: publish, subscribe, history, ..."""
+    c = CounterMetricFamily("chordpub_denials", "Requests and subscriptions a policy refused, by operation.",
+                            labels=[kind, "op"])
+    for op, n in sorted(count.items()):
+        c.add_metric([name, op], n)
+    return c
 
 
 def serve(collector: Any, port: int, host: str) -> tuple[Any, threading.Thread]:

@@ -20,10 +20,12 @@ from pathlib import Path
 
 from dht import wire
 from dht.durable import DurableStore
+from dht.gate import Denials
 from dht.ids import check_bits, in_half_open, key_id, node_id
 from dht.maintenance import Maintainer
 from dht.membership import Members
 from dht.notifier import Notifier
+from dht.policy import PolicyFile, refusal
 from dht.prober import Prober
 from dht.proximity import DEFAULT_SAMPLES
 from dht.records import NOT_OWNER, Change, RecordTable, namespace
@@ -57,6 +59,7 @@ class NodeConfig:
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
     ports: int = 0  # the events socket's port, and the first of the three ports a node's sockets
     # other than its RPC take (events, relay in, relay out: what a firewall opens); 0: free ones
+    acl: Path | None = None  # a policy file (dht/policy.py): who may register and read which topics
 
     @property
     def seeds(self) -> list[str]:
@@ -117,6 +120,9 @@ class ChordNode:
         self.me = Peer(nid, self.server.endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors)
         self.records = RecordTable(config.bits)
+        self.policy = PolicyFile(config.acl) if config.acl is not None else None
+        self.denials = Denials(f"node {self.me.endpoint}")
+        self._said_error: str | None = None
         observer = self.records.observe
         self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
                       else Store(config.bits, observer))
@@ -233,6 +239,7 @@ class ChordNode:
                 "services": dict(self.config.services),
                 "traffic": self.traffic(),
                 "records": len(owned),
+                "denials": dict(self.denials.count),
                 "lookups_served": self.next_hops_served,
                 "neighbours_left": list(self.neighbours_left),
                 "remembered": self.members.rows(time.time()),
@@ -305,6 +312,10 @@ class ChordNode:
             if not self.routing.owns_strictly(key_id(item["k"], self.config.bits)):
                 results.append({"ok": False, "err": NOT_OWNER})
                 continue
+            denied = self._denied(req["principal"], item) if self.policy is not None else None
+            if denied is not None:
+                results.append({"ok": False, "err": denied})
+                continue
             applied = self.records.apply(item, now)
             if applied.write is not None:
                 composite, raw = applied.write
@@ -326,6 +337,37 @@ class ChordNode:
             out.update(arc=[None if pred is None else wire.encode_id(pred.id), wire.encode_id(self.me.id)],
                        services=dict(self.config.services))
         return out
+
+    def _denied(self, principal: str | None, item: dict) -> str | None:
+        """Under a policy: writing a publisher's field (or its archive) needs publish permission on the
+        topic; a subscriber's or a group member's field, and reading the record (publishers'
+        endpoints, the archive, the groups), subscribe permission — the groups, publish permission
+        too. Why not, or None."""
+        field, ops = item.get("f") or "", []
+        if item.get("op") in ("set", "renew"):
+            ops.append("publish" if field.startswith(("pub/", "log/")) else "subscribe")
+        if "read" in item or "names" in item:  # the publishers' endpoints, the archive, the groups
+            ops.append("subscribe")
+        policy = self.policy.policy  # type: ignore[union-attr]
+        for op in ops:
+            d = policy.decide(principal, op, item["k"])
+            if not d.allowed and op == "subscribe" and str(item.get("read", "")).startswith("grp/") \
+                    and "names" not in item and policy.decide(principal, "publish", item["k"]).allowed:
+                continue  # a publisher reads the groups it owes messages to
+            if not d.allowed:
+                self.denials(principal, item["k"], op, d.rule)
+                return refusal(principal, op, item["k"], d.rule)
+        return None
+
+    def check_policy(self) -> None:
+        """Read the policy file again if it changed (the maintenance thread, every round); the events
+        socket then lets every watcher subscribe again under it."""
+        if self.policy is not None and self.policy.check():
+            log.warning("%s changed: registrations and record reads are judged by it from now on",
+                        self.policy.path)
+        elif self.policy is not None and self.policy.error and self.policy.error != self._said_error:
+            log.error("%s (the policy in force is kept)", self.policy.error)
+        self._said_error = None if self.policy is None else self.policy.error
 
     def _on_refresh(self, req: dict) -> dict:
         lo, hi = req["from"], req["to"]

@@ -24,8 +24,9 @@ from typing import Protocol
 import zmq
 
 from dht import wire
+from dht.gate import Denials, Gate
 from dht.records import Change, change_message, event_frame, namespace
-from dht.transport import SocketSetup, bind_port
+from dht.transport import SocketSetup, bind_port, rebind_port
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +47,50 @@ class Notifier:
     def __init__(self, node: NotifierHost, host: str, context: zmq.Context | None = None,
                  advertise: str | None = None, port: int = 0) -> None:
         self.node = node
-        self.socket = (context or zmq.Context.instance()).socket(zmq.PUB)
+        self.context, self.host, self.port = context or zmq.Context.instance(), host, port
+        self.policy = getattr(node, "policy", None)  # under a policy, watchers see only what they may read
+        self._policy_version = self.policy.version if self.policy is not None else 0
+        self.gate: Gate | None = None
+        self._bind()
+        self.endpoint = f"{advertise or host}:{self.port}"
+        self.published = 0
+        self.bytes_sent = 0
+
+    def _bind(self) -> None:
+        self.socket = self.context.socket(zmq.PUB if self.policy is None else zmq.XPUB)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 10_000)
         self.socket.setsockopt(zmq.RCVHWM, 0)  # watchers' filters (thousands from one client): never dropped
         self.socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # subscriptions come in on it
-        if node.setup is not None:
-            node.setup(self.socket, True)
-        self.endpoint = f"{advertise or host}:{bind_port(self.socket, host, port)}"
-        self.published = 0
-        self.bytes_sent = 0
+        if self.node.setup is not None:
+            self.node.setup(self.socket, True)
+        self.port = (rebind_port if self.port else bind_port)(self.socket, self.host, self.port)
+        if self.policy is not None:
+            policy = self.policy
+
+            def may(principal: str | None, topic: str) -> tuple[bool, str]:
+                d = policy.policy.decide(principal, "subscribe", topic)
+                return d.allowed, d.rule
+
+            self.gate = Gate(self.socket, may, getattr(self.node, "denials", None) or Denials("events"))
+
+    def _police(self) -> None:
+        """Let through the watchers' subscriptions the policy allows; after a policy change, bind again
+        (every watcher reconnects and subscribes again under it)."""
+        if self.policy is None:
+            return
+        if self.policy.version != self._policy_version:
+            self._policy_version = self.policy.version
+            self.socket.close(linger=0)
+            self._bind()
+        self.gate.take()  # type: ignore[union-attr]
 
     def run(self) -> None:
         changes = self.node.changes
         while not self.node.stopped.is_set():
+            self._police()
             try:
-                batch = [changes.get(timeout=0.2)]
+                batch = [changes.get(timeout=0.2 if self.policy is None else 0.02)]
             except queue.Empty:
                 continue
             while len(batch) < BATCH:

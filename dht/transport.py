@@ -66,6 +66,28 @@ class RejectLog:
             self._last = now
 
 
+def principal_of(frame: zmq.Frame) -> str | None:
+    """Who sent a message, as the ZAP handler named its key (dht/curve.py), or None."""
+    try:
+        user = frame.get("User-Id")
+    except zmq.ZMQError:  # no such property: not authenticated by ZAP
+        return None
+    return user or None
+
+
+def rebind_port(sock: zmq.Socket, host: str, port: int, timeout: float = 5.0) -> int:
+    """Bind a new socket to the port a closed one held: libzmq lets go of it a moment after close, so
+    an address in use is tried again (every 10 ms, up to `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return bind_port(sock, host, port)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)  # polling with a deadline: the old socket's port is being released
+
+
 def bind_port(sock: zmq.Socket, host: str, port: int = 0) -> int:
     """Bind `sock` on host:port, or on a free port when `port` is 0 (the default everywhere: a
     firewall or a container's port map needs fixed ports, given with --port/--ports). Returns it."""
@@ -102,6 +124,7 @@ class RpcServer:
         if setup is not None:
             setup(self.socket, True)
         self.port = bind_port(self.socket, host, port)
+        self.identify = setup is not None  # CurveZMQ: each request names its sender (principal_of)
         self.host = advertise or host
         self.endpoint = f"{self.host}:{advertise_port or self.port}"
         self.reject_log = RejectLog("malformed request")
@@ -113,11 +136,11 @@ class RpcServer:
         self.socket.setsockopt(zmq.RCVTIMEO, poll_ms)  # a blocking recv that wakes to check `stop`
         while not stop.is_set():
             try:
-                frames = self.socket.recv_multipart()
+                frames, principal = self.receive(0)
             except zmq.Again:
                 self.caught_up_at = time.time()
                 continue
-            reply = self.handle_frames(frames)
+            reply = self.handle_frames(frames, principal)
             if reply is not None:
                 try:
                     self.socket.send_multipart(reply, zmq.NOBLOCK)
@@ -134,8 +157,16 @@ class RpcServer:
     def rejects(self) -> int:
         return self.reject_log.count
 
-    def handle_frames(self, frames: list[bytes]) -> list[bytes] | None:
-        """Frames from the ROUTER -> frames to send back (or None to drop)."""
+    def receive(self, flags: int = 0) -> tuple[list[bytes], str | None]:
+        """One request's frames, and its sender's principal when CurveZMQ named it (else None)."""
+        if not self.identify:
+            return self.socket.recv_multipart(flags), None
+        parts = self.socket.recv_multipart(flags, copy=False)
+        return [f.bytes for f in parts], principal_of(parts[-1])
+
+    def handle_frames(self, frames: list[bytes], principal: str | None = None) -> list[bytes] | None:
+        """Frames from the ROUTER -> frames to send back (or None to drop). The handler finds the
+        sender's principal (None without CurveZMQ) in the request's "principal"."""
         if len(frames) < 2:
             return None  # no routing identity: nothing can be answered
         ident, rest = frames[0], frames[1:]
@@ -149,6 +180,7 @@ class RpcServer:
         try:
             request = wire.decode_request(rest[0], self.schemas)
             rid = request["id"]
+            request["principal"] = principal
             result = self.handler(request)
             return envelope + [wire.encode_reply(rid, **result)]
         except wire.WireError as exc:

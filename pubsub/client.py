@@ -70,6 +70,13 @@ log = logging.getLogger(__name__)
 MAX_PAYLOAD_BYTES = 1_000_000  # an envelope stays under the 1 MiB every socket accepts
 
 
+def _refuse(waiting: Future, err: str) -> None:
+    """A policy refused a registration: whoever waits for it gets PermissionError (later, as after a
+    policy change, the registrar has logged it)."""
+    if not waiting.done():
+        waiting.set_exception(PermissionError(err))
+
+
 class Client:
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
 
@@ -93,7 +100,9 @@ class Client:
     different `name` is refused. `connect_timeout` (default: `timeout`) bounds the constructor's
     first contact with `via`: a DhtError saying so when it does not answer. `metrics_port` serves
     Prometheus metrics (pubsub/metrics.py) on http://host:port/metrics (0: a free port; the endpoint
-    is then `metrics_endpoint`).
+    is then `metrics_endpoint`). `acl`: a policy file (dht/policy.py; docs/security.md) that this client
+    enforces as a publisher: who may read its topics (live, history, groups), by the CURVE key each peer
+    presents (`curve` is needed); read again when the file changes.
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", bind: str | None = None,
@@ -103,7 +112,8 @@ class Client:
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  callback_thread: bool = False, context: zmq.Context | None = None,
                  name: str | None = None, data_dir: str | Path | None = None,
-                 connect_timeout: float | None = None, metrics_port: int | None = None, ports: int = 0) -> None:
+                 connect_timeout: float | None = None, metrics_port: int | None = None, ports: int = 0,
+                 acl: str | Path | None = None) -> None:
         wire.parse_endpoint(via)
         if ports and not 0 < ports < 65535:
             raise ValueError("ports must be in 1..65534 (the service socket's port, and the PUB socket's after it)")
@@ -111,6 +121,13 @@ class Client:
             raise ValueError("heartbeat must be between 0.01 and 3600 seconds")
         if name is not None:
             check_name(name)
+        policy = None
+        if acl is not None:
+            from dht.policy import PolicyFile
+
+            if curve is None:
+                raise ValueError("a policy (acl) needs curve keys: without them no peer has a name to check")
+            policy = PolicyFile(acl)
         self.data = DataDir(data_dir, name) if data_dir is not None else None
         listen = resolve(host, bind, advertise)
         self.via, self.host, self.heartbeat, self.timeout = via, listen.host, heartbeat, timeout
@@ -134,7 +151,7 @@ class Client:
             self.id = self.data.name if self.data is not None else (name or service.endpoint)
             self.service_endpoint = service.endpoint  # history, repair, probes and acks are asked here
             self.publishing = PublishingSide(self.context, listen.bind, self.id, setup, self.data,
-                                             advertise=listen.host, port=ports + 1 if ports else 0)
+                                             advertise=listen.host, port=ports + 1 if ports else 0, policy=policy)
             if trace is not None:
                 from traces.writer import JsonlWriter
 
@@ -202,6 +219,7 @@ class Client:
                            on_placed=lambda r: placed.set_result((r.counted, r.fields or {})),
                            read=GRP if mode == "direct" else None,
                            on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
+                           on_refused=lambda _r, err: _refuse(placed, err),
                            count=f"{SUB}{mode}/")
         self.registrar.call(lambda: self.registrar.register(reg))
         if archive:
@@ -215,6 +233,9 @@ class Client:
             self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
             self.publishing.remove(topic)
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
+        except PermissionError:
+            self.publishing.remove(topic)
+            raise
         if mode == "direct":
             expect_groups(self, topic, fields)
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
@@ -335,6 +356,7 @@ class Client:
                            relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
                            on_publishers=lambda r: self._publishers_changed(topic, r, owed),
                            on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)),
+                           on_refused=lambda _r, err: _refuse(ready, err),
                            archive_read=history > 0 or reliable, mode=mode)
         self.registrar.call(lambda: self.registrar.register(reg))
         if threading.current_thread() is self.io.thread:
@@ -344,6 +366,9 @@ class Client:
         except FutureTimeout:
             self.unsubscribe(topic)
             raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
+        except PermissionError:
+            self.unsubscribe(topic)
+            raise
 
     def topic_info(self, topic: str, timeout: float | None = None) -> dict:
         """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its

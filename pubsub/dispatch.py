@@ -86,6 +86,7 @@ class Member:
     delivered: int = 0
     redelivered: int = 0
     acked: int = 0
+    principal: str | None = None  # the key that joined it (CurveZMQ): only it speaks for the member
 
     @property
     def free(self) -> int:

@@ -68,7 +68,8 @@ def join_group(client: Client, topic: str, group: str, mode: str, callback: Call
 
     reg = Registration(topic, member_field(group, client.id),
                        member_value(prefetch, ordering, float(ack_wait), max_deliver, bool(durable)), watch=True,
-                       on_placed=placed, on_publishers=lambda r: client.io.call(
+                       on_placed=placed, on_refused=lambda _r, err: _refused(ready, err),
+                       on_publishers=lambda r: client.io.call(
                            lambda: client.io.members.set_publishers(topic, r.all_publishers())))
     client.registrar.call(lambda: client.registrar.register(reg))
     if threading.current_thread() is client.io.thread:
@@ -78,10 +79,15 @@ def join_group(client: Client, topic: str, group: str, mode: str, callback: Call
     except FutureTimeout:
         client.unsubscribe(topic)
         raise DhtError(f"could not join group {group!r} of {topic!r} via {client.via} within {wait:g}s") from None
-    except ValueError:
+    except (ValueError, PermissionError):
         client.unsubscribe(topic)
         raise
 
+
+
+def _refused(waiting: Future, err: str) -> None:
+    if not waiting.done():
+        waiting.set_exception(PermissionError(err))
 
 
 def expect_groups(client: Client, topic: str, fields: dict) -> None:

@@ -64,8 +64,10 @@ class PublisherGroups:
         return [(t, name, g) for t, gs in self.groups.items() for name, g in gs.items()]
 
     # -- members ----------------------------------------------------------------------------------------
-    def join(self, topic: str, group: str, member: str, prefetch: int, terms: GroupTerms, lease: float) -> str | None:
-        """A member is here (or still is); returns why it is refused, or None."""
+    def join(self, topic: str, group: str, member: str, prefetch: int, terms: GroupTerms, lease: float,
+             principal: str | None = None) -> str | None:
+        """A member is here (or still is); returns why it is refused, or None. A member joined by one
+        principal (its CURVE key) is acked, naked and left only by that principal."""
         pub = self.publications.get(topic)
         if pub is None:
             return f"{self.publisher} does not publish {topic!r}"
@@ -84,8 +86,12 @@ class PublisherGroups:
         if terms.max_deliver != g.terms.max_deliver and member not in g.members:
             log.warning("%s: group %s delivers a message at most %d times (a member asked %d)", topic, group,
                         g.terms.max_deliver, terms.max_deliver)
+        held = g.members.get(member)
+        if held is not None and held.principal != principal:
+            return f"member {member!r} of group {group!r} belongs to another key"
         now = time.monotonic()
         g.join(member, prefetch, terms, lease, now)
+        g.members[member].principal = principal
         if (topic, group, member) in self.filters:
             g.connect(member, True, now)
         self._flush(topic, group, g, now)
@@ -134,8 +140,14 @@ class PublisherGroups:
             self._flush(topic, group, g, now)
         return True
 
+    def filter_lost(self, topic: str, group: str, member: str) -> None:
+        """A member's connection is gone though no filter said so (our socket was bound again)."""
+        g = self.get(topic, group)
+        if g is not None:
+            self._dropped(topic, group, g.connect(member, False, time.monotonic()))
+
     def acks(self, member: str, items: list[tuple[str, str, list[int], list[int], list[int]]],
-             lease: float) -> list[list[str]]:
+             lease: float, principal: str | None = None) -> list[list[str]]:
         """A member's batch: per (topic, group) the seqs it acked, naked, and dead-lettered itself
         (on their last delivery); each renews its lease. Returns the [topic, group] that do not know
         the member (we restarted, or its lease ran out): it should join again."""
@@ -145,6 +157,8 @@ class PublisherGroups:
             if g is None or member not in g.members:
                 unknown.append([topic, group])
                 continue
+            if g.members[member].principal != principal:
+                continue  # another key speaking for this member: not heard
             g.members[member].lease_until = now + lease
             g.ack(member, acked)
             g.dead_lettered += g.ack(member, dead)
@@ -152,11 +166,11 @@ class PublisherGroups:
             self._flush(topic, group, g, now)
         return unknown
 
-    def leave(self, member: str, items: list[tuple[str, str]]) -> None:
+    def leave(self, member: str, items: list[tuple[str, str]], principal: str | None = None) -> None:
         now = time.monotonic()
         for topic, group in items:
             g = self.get(topic, group)
-            if g is not None:
+            if g is not None and member in g.members and g.members[member].principal == principal:
                 self._dropped(topic, group, g.leave(member, now))
                 self._flush(topic, group, g, now)
 

@@ -49,7 +49,9 @@ RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larg
 BATCH = 2000  # messages read from one socket before the others get a turn
 FETCH_TIMEOUT = 2.0
 ACK_REFRESH_BEATS = 10
-GROUP_TICK = 0.02  # seconds between looks at our consumer groups (members' connections, ack waits)
+GROUP_TICK = 0.02  # seconds between looks at our consumer groups (members' connections, ack waits) and,
+# under a policy, at the subscriptions waiting to be let through
+POLICY_CHECK = 0.25  # seconds between looks at the policy file (at most half a heartbeat)
 
 
 class IoLoop:
@@ -80,6 +82,7 @@ class IoLoop:
         self.confirmations = Confirmations(self.rpc, self._later, self._alive)
         self.members = MemberLinks(self.rpc, self.direct, lambda: self.subs["direct"], self._later, heartbeat, self.id)
         self._next_group_tick = 0.0
+        self._next_policy_check = 0.0
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
@@ -129,7 +132,7 @@ class IoLoop:
                 wait = next_beat - now
                 for deadline in (self.rpc.next_deadline(), self._timers[0][0] if self._timers else None,
                                  self.confirmations.next_deadline(), self.members.next_deadline(),
-                                 self._next_group_tick if self.publishing.groups.groups else None):
+                                 self._next_group_tick if self._ticking else None):
                     if deadline is not None:
                         wait = min(wait, deadline - now)
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
@@ -147,8 +150,11 @@ class IoLoop:
                 self._run_timers(now)
                 self.confirmations.check(now)
                 self.members.check()
-                if self.publishing.groups.groups and now >= self._next_group_tick:
+                if self._ticking and now >= self._next_group_tick:
                     self._next_group_tick = now + GROUP_TICK
+                    if self.publishing.policy is not None and now >= self._next_policy_check:
+                        self._next_policy_check = now + min(POLICY_CHECK, self.heartbeat / 2)
+                        self.publishing.check_policy()
                     for letter in self.publishing.tick_groups():
                         if self.on_dead_letter is not None:
                             self.on_dead_letter(letter)
@@ -163,6 +169,10 @@ class IoLoop:
             raise
         finally:
             self._shutdown()
+
+    @property
+    def _ticking(self) -> bool:
+        return bool(self.publishing.groups.groups) or self.publishing.policy is not None
 
     def _read(self, sock: zmq.Socket, on: bool) -> None:
         if self._reading.get(sock) != on:

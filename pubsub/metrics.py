@@ -52,6 +52,9 @@ class ClientCollector:
         yield publishers
         yield latency
         yield from _groups(client, label)
+        from dht.metrics import denials_family
+
+        yield denials_family("client", label, client.publishing.denials.count)
 
 
 def _groups(client: Any, label: str) -> Iterator[Any]:

@@ -17,6 +17,7 @@ the slow-joiner effect.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -25,13 +26,17 @@ import msgpack
 import zmq
 
 from dht import wire
-from dht.transport import SocketSetup, bind_port
+from dht.gate import Denials, Gate
+from dht.policy import PolicyFile, refusal
+from dht.transport import SocketSetup, bind_port, rebind_port
 from pubsub.durable import DataDir
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_TOPIC_CHARS, Envelope, topic_filter
 from pubsub.groups import PublisherGroups
 from pubsub.journal import Journal
 from pubsub.links import Connections, Pointers
 from pubsub.publication import Publication
+
+log = logging.getLogger(__name__)
 
 SNDHWM = 10_000  # per subscriber: with the subscriber's own 10_000, a slow one is at most ~20_000
 # messages behind before it loses (and counts) messages, rather than being buried in latency
@@ -57,8 +62,13 @@ def literal_note(topic: str) -> str | None:
 
 class PublishingSide:
     def __init__(self, context: zmq.Context, host: str, client_id: str, setup: SocketSetup | None,
-                 data: DataDir | None = None, advertise: str | None = None, port: int = 0) -> None:
+                 data: DataDir | None = None, advertise: str | None = None, port: int = 0,
+                 policy: PolicyFile | None = None) -> None:
         self.context, self.host, self.client_id, self.setup = context, host, client_id, setup
+        self.policy = policy  # who may read what (dht/policy.py): the direct socket then lets through only that
+        self.denials = Denials(f"publisher {client_id}")
+        self._gate: Gate | None = None
+        self._said_error: str | None = None
         self.advertise = advertise or host
         self.port = port  # the PUB socket's (0: a free one)
         self.data = data
@@ -78,6 +88,43 @@ class PublishingSide:
         if self.direct is not None:
             self.direct.send(frame)
 
+    def _decide(self, principal: str | None, topic: str) -> tuple[bool, str]:
+        d = self.policy.policy.decide(principal, "subscribe", topic)  # type: ignore[union-attr]
+        return d.allowed, d.rule
+
+    def refusal(self, principal: str | None, topic: str, what: str) -> str | None:
+        """Why `principal` may not have `what` of `topic` here (None: it may; always without a policy).
+        A refusal is logged once a minute per (principal, topic) and counted."""
+        if self.policy is None:
+            return None
+        allowed, rule = self._decide(principal, topic)
+        if allowed:
+            return None
+        self.denials(principal, topic, what, rule)
+        return refusal(principal, "subscribe", topic, rule)
+
+    def _bind_direct(self) -> None:
+        """The direct PUB socket, bound (again, on the same port, after a policy change: every peer then
+        reconnects and subscribes again under the new policy)."""
+        self.direct = self._pub_socket(server=True)
+        self.port = (rebind_port if self.port else bind_port)(self.direct, self.host, self.port)
+        self.endpoint = f"{self.advertise}:{self.port}"
+        if self.policy is not None:
+            self._gate = Gate(self.direct, self._decide, self.denials)
+
+    def policy_changed(self) -> None:
+        """The policy file changed: what each peer may read is decided again, from scratch (the caller
+        holds the lock). Members of consumer groups are disconnected until they are back."""
+        if self.direct is None:
+            return
+        self.direct.close(linger=0)
+        for topic, _group, g in self.groups.items():
+            for member in list(g.members):
+                self.groups.filter_lost(topic, _group, member)
+        self.groups.filters.clear()
+        self._filters = Counter({k: v for k, v in self._filters.items() if k[0] != "direct"})
+        self._bind_direct()
+
     def _pub_socket(self, server: bool) -> zmq.Socket:
         sock = self.context.socket(zmq.XPUB)
         sock.setsockopt(zmq.XPUB_VERBOSER, 1)
@@ -96,8 +143,7 @@ class PublishingSide:
         """Make `pub` known (its sockets ready); the caller registers it with the topic's owner."""
         with self.lock:
             if self.direct is None:
-                self.direct = self._pub_socket(server=True)
-                self.endpoint = f"{self.advertise}:{bind_port(self.direct, self.host, self.port)}"
+                self._bind_direct()
             if pub.mode == "relay" and self.relay is None:
                 self.relay = self._pub_socket(server=False)
             self.publications[pub.topic] = pub  # (groups.restore looks it up)
@@ -177,6 +223,8 @@ class PublishingSide:
     def probe(self, topics: list[str]) -> int:
         """Send one probe on each topic (a subscriber waits for it to know its filter is in place)."""
         with self.lock:
+            if self._gate is not None:
+                self.drain_filters()  # under a policy, what the asker subscribed is applied here first
             self._probe_token += 1
             for topic in topics:
                 pub = self.publications.get(topic)
@@ -190,8 +238,10 @@ class PublishingSide:
     def drain_filters(self) -> None:
         """Read the filters subscribers sent up (the caller holds the lock). Called by `in_place`, and by
         the io loop every heartbeat so that they never pile up."""
+        if self._gate is not None and self.direct is not None:
+            self._gate.take(lambda msg, on: self._filter_seen("direct", msg[1:], on))
         for name, sock in (("direct", self.direct), ("relay", self.relay)):
-            if sock is None:
+            if sock is None or (name == "direct" and self._gate is not None):
                 continue
             while True:
                 try:
@@ -209,6 +259,17 @@ class PublishingSide:
                     if self._filters[key] <= 0:
                         del self._filters[key]
 
+    def check_policy(self) -> None:
+        """Read the policy file again if it changed; a changed policy is applied to every peer at once."""
+        if self.policy is None or not self.policy.check():
+            if self.policy is not None and self.policy.error and self.policy.error != self._said_error:
+                log.error("%s (the policy in force is kept)", self.policy.error)
+            self._said_error = self.policy.error if self.policy is not None else None
+            return
+        log.warning("%s changed: what each peer may read is decided again", self.policy.path)
+        with self.lock:
+            self.policy_changed()
+
     def tick_groups(self) -> list:
         """The io loop's frequent look at the consumer groups (members' connections, ack waits,
         leases, retention); returns the dead letters to hand on (outside the lock)."""
@@ -217,6 +278,17 @@ class PublishingSide:
             self.groups.tick()
             dead, self.groups.dead = self.groups.dead, []
         return dead
+
+    def _filter_seen(self, name: str, prefix: bytes, on: bool) -> None:
+        if name == "direct" and self.groups.filter(prefix, on):
+            return
+        key = (name, prefix)
+        if on:
+            self._filters[key] += 1
+        elif self._filters[key] <= 1:
+            self._filters.pop(key, None)
+        else:
+            self._filters[key] -= 1
 
     def in_place(self, topic: str) -> int:
         """Subscribers whose filter for exactly `topic` our socket for it holds (a relay counts once)."""

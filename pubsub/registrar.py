@@ -28,6 +28,7 @@ import zmq
 from dht import wire
 from dht.client import DhtClient, DhtError
 from dht.ids import key_id
+from dht.policy import DENIED
 from dht.records import MISSING, NOT_OWNER, events_topic
 from dht.transport import SocketSetup
 from pubsub.archive import LOG, archived_publishers
@@ -263,6 +264,8 @@ class Registrar:
                     self._lost_owner(reg, now)
                 elif err == MISSING:
                     reg.placed = False  # the owner lost it: send it whole
+                elif isinstance(err, str) and err.startswith(DENIED):
+                    self._refused(reg, err)
                 else:
                     log.warning("%s at %s: %s", reg.topic, owner, err)
                     reg.placed = False
@@ -289,6 +292,16 @@ class Registrar:
             if first:
                 callback, reg.on_placed = reg.on_placed, None
                 callback(reg)
+
+    def _refused(self, reg: Registration, err: str) -> None:
+        """A policy refuses this field (at placement, or at a renewal once the policy changed): it is
+        dropped, and whoever waits for it is told."""
+        if reg.placed:
+            log.warning("%s: %s; the registration is dropped", reg.topic, err)
+        self.regs.pop(reg.key, None)
+        self._forget(reg)
+        if reg.on_refused is not None:
+            reg.on_refused(reg, err)
 
     def _lost_owner(self, reg: Registration, now: float) -> None:
         self._leave_owner(reg)

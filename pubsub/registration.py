@@ -25,6 +25,7 @@ class Registration:
     on_placed: Callable[[Registration], None] | None = None  # once, when first placed
     on_publishers: Callable[[Registration], None] | None = None  # whenever the publishers change
     on_relay: Callable[[Registration], None] | None = None  # whenever the owner's relay changes
+    on_refused: Callable[[Registration, str], None] | None = None  # a policy refused it (then it is dropped)
     count: str | None = None  # when placed, also count the record's fields with this prefix
     counted: int = 0
     owner: str | None = None

@@ -126,10 +126,10 @@ class Service:
         sock = self.server.socket
         while True:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames, principal = self.server.receive(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            reply = self.server.handle_frames(frames)
+            reply = self.server.handle_frames(frames, principal)
             if reply is not None:
                 try:
                     sock.send_multipart(reply, zmq.NOBLOCK)
@@ -148,6 +148,9 @@ class Service:
         topic = req["topic"]
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
+        refusal = self.publishing.refusal(req["principal"], topic, "history" if req["op"] != "probe" else "probe")
+        if refusal is not None:
+            raise Refused(refusal)
         if req["op"] == "probe":
             self._probe_topics.add(topic)
             return {"token": self.publishing.next_probe_token()}
@@ -158,19 +161,24 @@ class Service:
         return result
 
     def _group(self, op: str, req: dict) -> dict:
-        groups = self.publishing.groups
+        groups, principal = self.publishing.groups, req["principal"]
+        if op == "gjoin":
+            refusal = self.publishing.refusal(principal, req["topic"], "group join")
+            if refusal is not None:
+                raise Refused(refusal)
         with self.publishing.lock:
             if op == "gack":
-                return {"unknown": groups.acks(req["member"], req["items"], req["lease"])}
+                return {"unknown": groups.acks(req["member"], req["items"], req["lease"], principal)}
             if op == "gleave":
-                groups.leave(req["member"], req["items"])
+                groups.leave(req["member"], req["items"], principal)
                 return {}
             if op == "groups":
                 return {"groups": groups.stats(req["topic"])}
             if req["max_deliver"] < 1:
                 raise Refused("max_deliver must be at least 1")
             terms = GroupTerms(req["ordering"], req["ack_wait"], req["max_deliver"], req["durable"])
-            refusal = groups.join(req["topic"], req["group"], req["member"], req["prefetch"], terms, req["lease"])
+            refusal = groups.join(req["topic"], req["group"], req["member"], req["prefetch"], terms, req["lease"],
+                                  principal)
         if refusal is not None:
             raise Refused(refusal)
         return {}

@@ -36,7 +36,8 @@ def test_node_info_json(ring):
     out = json.loads(proc.stdout)
     assert set(out) == {"id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns", "records",
                         "lookups_served", "neighbours_left", "remembered", "probes", "probe_bytes", "merges",
-                        "services"}
+                        "services", "denials"}
+    assert out["denials"] == {}  # no policy, nothing refused
     assert set(out["services"]) == {"events", "relay_in", "relay_out"}
     assert out["pns"] == 8  # proximity neighbour selection is on by default
     assert all(set(f) == {"id", "endpoint", "rtt_ms"} for f in out["fingers"] if f is not None)

@@ -140,7 +140,7 @@ def test_an_application_that_never_takes_its_messages_has_them_dropped_counted_a
         stop_processes([proc], grace=5)
     stderr = proc.stderr.read()
     assert f["queued"] == 1000, "the queue holds pending_limit messages"
-    assert f["dropped"] == f["received"] - 1000 > 250_000, "what did not fit was dropped and counted"
+    assert f["dropped"] == f["received"] - 1000 > 100_000, "what did not fit was dropped and counted"
     assert "the application is not keeping up" in stderr and "messages dropped so far" in stderr
     assert f["received"] + f["lost"] == sent
     # flat: the allocator settles in the first messages; after, 200,000 more (200 MB of payloads, had

@@ -1,0 +1,45 @@
+"""`chordpub acl check PRINCIPAL TOPIC`: what a policy file says of one principal and one topic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from chordpub.cli_common import clean_errors, fail
+
+acl_app = typer.Typer(help="Policies: who may publish and subscribe which topics (docs/security.md).",
+                      no_args_is_help=True)
+
+
+@acl_app.command("check")
+@clean_errors
+def check(principal: str = typer.Argument(..., help="A principal the policy names (a key's name)."),
+          topic: str = typer.Argument(..., help="The topic."),
+          acl: Path = typer.Option(..., "--acl", help="The policy file (TOML)."),
+          op: str = typer.Option(None, "--op", help="Only this operation: publish or subscribe."),
+          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Say whether PRINCIPAL may publish and subscribe TOPIC under the policy, and which rule decided
+    (deny wins; what no rule allows is denied). Exit 0 whatever the answer; 2 for a bad file, an
+    unknown principal or operation."""
+    from dht.policy import OPS, Policy, PolicyError
+
+    if op is not None and op not in OPS:
+        fail(f"--op must be publish or subscribe, got {op!r}")
+    try:
+        policy = Policy.load(acl)
+    except PolicyError as exc:
+        fail(str(exc))
+    if not policy.knows(principal):
+        known = ", ".join(sorted(policy.principals)) or "none"
+        fail(f"unknown principal {principal!r}: {acl} names {known}")
+    ops = [op] if op else list(OPS)
+    decisions = {o: policy.decide(principal, o, topic) for o in ops}
+    out: dict = {"principal": principal, "topic": topic, **{o: d.word for o, d in decisions.items()}}
+    out["rule"] = decisions[op].rule if op else {o: d.rule for o, d in decisions.items()}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    for o, d in decisions.items():
+        typer.echo(f"{principal} may {'' if d.allowed else 'not '}{o} {topic!r}: {d.rule}")
