@@ -195,6 +195,12 @@ def check_acl(acl: Path | None, curve: Path | None) -> None:
         fail(str(exc))
 
 
+def reload_on_sighup(policies: list) -> None:  # dht.policy.PolicyFile
+    """SIGHUP reads the policy files again now (they are also read again whenever they change)."""
+    if policies and hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: [p.reload() for p in policies])
+
+
 def client_ports_option() -> Any:
     return typer.Option(0, min=0, max=65534, help="Listen on BASE (history, repair and probes) and BASE+1 (the PUB "
                         "socket) instead of free ports: for a firewall or a container's port map.")

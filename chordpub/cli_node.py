@@ -35,6 +35,7 @@ from chordpub.cli_common import (
     metrics_port_option,
     output_file,
     peer_text,
+    reload_on_sighup,
     setup_logging,
 )
 from dht.ids import check_bits
@@ -140,6 +141,7 @@ def node_start(
     stop_requested = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop_requested.set())
+    reload_on_sighup([p for p in (node.policy, relay_service and relay_service.policy) if p is not None])
     node.start()
     while not (node.joined.wait(0.1) or node.stopped.is_set()):
         pass

@@ -34,6 +34,7 @@ from chordpub.cli_common import (
     metrics_port_option,
     output_file,
     plural,
+    reload_on_sighup,
     say_metrics,
     setup_logging,
     stop_on_signals,
@@ -158,6 +159,7 @@ def pub(
     with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
                 role=principal, acl=acl, name=name, data_dir=data_dir, connect_timeout=connect_timeout,
                 metrics_port=metrics_port, ports=ports) as client:
+        reload_on_sighup([client.publishing.policy] if client.publishing.policy else [])
         say_metrics(client)
         try:
             for t in topic:

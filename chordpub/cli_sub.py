@@ -31,6 +31,7 @@ from chordpub.cli_common import (
     metrics_port_option,
     output_file,
     plural,
+    reload_on_sighup,
     say_metrics,
     setup_logging,
     stop_on_signals,
@@ -173,6 +174,7 @@ def sub(
                     role=principal, acl=acl, trace=trace, trace_run=run,
                     trace_source=source, on_dead_letter=on_dead_letter, name=durable, data_dir=data_dir,
                     connect_timeout=connect_timeout, metrics_port=metrics_port, ports=ports) as client:
+            reload_on_sighup([client.publishing.policy] if client.publishing.policy else [])
             say_metrics(client)
             if group is not None:
                 subs = [client.subscribe(t, group=group, prefetch=prefetch, ack_wait=ack_wait,

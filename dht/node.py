@@ -361,13 +361,15 @@ class ChordNode:
 
     def check_policy(self) -> None:
         """Read the policy file again if it changed (the maintenance thread, every round); the events
-        socket then lets every watcher subscribe again under it."""
-        if self.policy is not None and self.policy.check():
+        socket then lets every watcher subscribe again under it (dht/notifier.py)."""
+        if self.policy is None:
+            return
+        if self.policy.check():
             log.warning("%s changed: registrations and record reads are judged by it from now on",
                         self.policy.path)
-        elif self.policy is not None and self.policy.error and self.policy.error != self._said_error:
+        elif self.policy.error and self.policy.error != self._said_error:
             log.error("%s (the policy in force is kept)", self.policy.error)
-        self._said_error = None if self.policy is None else self.policy.error
+        self._said_error = self.policy.error
 
     def _on_refresh(self, req: dict) -> dict:
         lo, hi = req["from"], req["to"]

@@ -69,6 +69,7 @@ class PublishingSide:
         self.denials = Denials(f"publisher {client_id}")
         self._gate: Gate | None = None
         self._said_error: str | None = None
+        self._policy_version = policy.version if policy is not None else 0
         self.advertise = advertise or host
         self.port = port  # the PUB socket's (0: a free one)
         self.data = data
@@ -260,12 +261,17 @@ class PublishingSide:
                         del self._filters[key]
 
     def check_policy(self) -> None:
-        """Read the policy file again if it changed; a changed policy is applied to every peer at once."""
-        if self.policy is None or not self.policy.check():
-            if self.policy is not None and self.policy.error and self.policy.error != self._said_error:
-                log.error("%s (the policy in force is kept)", self.policy.error)
-            self._said_error = self.policy.error if self.policy is not None else None
+        """Read the policy file again if it changed (or a SIGHUP reloaded it): a changed policy is
+        applied to every peer at once."""
+        if self.policy is None:
             return
+        self.policy.check()
+        if self.policy.error and self.policy.error != self._said_error:
+            log.error("%s (the policy in force is kept)", self.policy.error)
+        self._said_error = self.policy.error
+        if self.policy.version == self._policy_version:
+            return
+        self._policy_version = self.policy.version
         log.warning("%s changed: what each peer may read is decided again", self.policy.path)
         with self.lock:
             self.policy_changed()
