@@ -344,7 +344,7 @@ class ChordNode:
         endpoints, the archive, the groups), subscribe permission — the groups, publish permission
         too. Why not, or None."""
         field, ops = item.get("f") or "", []
-        if item.get("op") in ("set", "renew"):
+        if item.get("op") in ("set", "renew", "del"):
             ops.append("publish" if field.startswith(("pub/", "log/")) else "subscribe")
         if "read" in item or "names" in item:  # the publishers' endpoints, the archive, the groups
             ops.append("subscribe")
