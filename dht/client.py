@@ -16,6 +16,7 @@ import zmq
 
 from dht import wire
 from dht.ids import check_bits, key_id
+from dht.policy import DENIED
 from dht.records import NOT_OWNER
 from dht.routing import Peer
 from dht.transport import Reply, RpcClient, SocketSetup
@@ -294,7 +295,8 @@ class DhtClient:
 
     def record_item(self, item: dict, attempts: int = 4) -> dict:
         """One item at its record's owner, found by lookup; "not the owner" (a ring still settling)
-        sends it round again. Returns the item's result; raises DhtError if it failed."""
+        sends it round again. Returns the item's result; raises DhtError if it failed, PermissionError if
+        a policy refused it."""
         avoid: set[str] = set()
         last = "no attempt"
         key = item["k"]
@@ -314,6 +316,8 @@ class DhtClient:
                 continue
             if result.get("ok"):
                 return result
+            if str(result.get("err")).startswith(DENIED):
+                raise PermissionError(result["err"])  # a policy's answer, not the ring's trouble
             last = f"{found.owner.endpoint}: {result.get('err')}"
             if result.get("err") != NOT_OWNER:
                 break

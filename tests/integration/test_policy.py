@@ -336,3 +336,23 @@ def test_the_nodes_count_their_refusals(ring, keys):
         info = json.loads(run_cli("node", "info", node.endpoint, "--curve", str(keys), "--json").stdout)
         samples[node.endpoint] = info.get("denials", {})
     assert sum(sum(d.values()) for d in samples.values()) > 0, samples
+
+
+def test_groups_the_archive_and_topic_info_obey_the_policy_too(ring, keys, acl):
+    from dht.client import DhtClient
+
+    with client(ring, keys, "alice", acl) as alice, client(ring, keys, "snoop") as snoop, \
+            client(ring, keys, "bob") as bob:
+        alice.advertise("logs/archived", archive=True)
+        alice.publish("logs/archived", "kept")
+        with pytest.raises(PermissionError, match="snoop may not subscribe 'logs/archived'"):
+            snoop.subscribe("logs/archived", group="thieves")
+        with pytest.raises(PermissionError, match="snoop may not subscribe"):
+            snoop.topic_info("logs/archived")
+        with DhtClient(ring.nodes[1].endpoint, setup=Curve.load(keys, "snoop", listen=False).setup) as dht, \
+                pytest.raises(PermissionError, match="permission denied: snoop may not subscribe 'logs/archived'"):
+            dht.record_item({"k": "logs/archived", "names": "log/"})  # the archive's segments
+        got = []
+        bob.subscribe("logs/archived", group="readers", callback=lambda m: got.append(m.text))
+        alice.publish("logs/archived", "for the group")
+        wait_for(lambda: got == ["for the group"], 10, what="bob's group member")
