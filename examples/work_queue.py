@@ -75,11 +75,16 @@ def main() -> None:
             shop.publish("images", f"job {i}")
             shop.publish("orders", f"customer-{i % 7}:{i}", key=f"customer-{i % 7}")  # one key per customer
             if i == JOBS // 2:
-                late = stack.enter_context(Client(via))  # a fourth worker joins halfway
+                late = stack.enter_context(Client(via, on_dead_letter=dead.append))  # a fourth worker joins halfway
                 late.subscribe("images", group="resizers", prefetch=10, max_deliver=3, callback=worker("w4"))
                 shop.publish("images", "job broken")
-        wait_for(lambda: len(done) >= JOBS and len(dead) == 1 and sum(map(len, orders.values())) >= JOBS, 30,
-                 what="every job done")
+        try:
+            wait_for(lambda: len(done) >= JOBS and len(dead) == 1 and sum(map(len, orders.values())) >= JOBS, 30,
+                     what="every job done")
+        except TimeoutError:
+            raise SystemExit(f"not every job was done within 30 s: {len(done)} of {JOBS} jobs, "
+                             f"{sum(map(len, orders.values()))} of {JOBS} orders, {len(dead)} dead-lettered; "
+                             f"images: {shop.topic_info('images')['groups']}") from None
         group = shop.topic_info("images")["groups"]["resizers"]
         print(f"{len(done)} jobs done by {dict(sorted(by_worker.items()))}; {len(dead)} dead-lettered "
               f"({dead[0].payload!r} after {group['redelivered'] + 1} deliveries)")
