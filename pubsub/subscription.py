@@ -37,8 +37,10 @@ from pubsub.stats import LatencyHistogram, SeqWindow
 
 log = logging.getLogger(__name__)
 
-HELD_LIMIT = 100_000  # per stream: live messages held during catch-up, or out of order (reliable)
+HELD_LIMIT = 100_000  # per stream: live messages held during catch-up, or out of order (reliable); a
+# subscription holds at most its application's pending limit of them, if that is lower (Client.subscribe)
 STRANGER_LIMIT = 10_000  # per topic: messages of publishers the record has not told us of yet
+RESUME_LIMIT = 10_000  # per topic: forgotten publishers whose next sequence number we remember
 
 
 @dataclass
@@ -104,8 +106,10 @@ HISTORY_POLICIES = ("at_least", "up_to")
 class TopicState:
     def __init__(self, topic: str, subscriber: str, history: int = 0, reliable: bool = False,
                  mode: str = "direct", start: Callable[[str], tuple[int, int]] | None = None,
-                 history_policy: str = "at_least") -> None:
-        """`start(publisher)`: a durable subscription's (committed, handed) positions."""
+                 history_policy: str = "at_least", held_limit: int = HELD_LIMIT) -> None:
+        """`start(publisher)`: a durable subscription's (committed, handed) positions; `held_limit`: live
+        messages held per stream at most (beyond, a reliable stream fetches them again from history)."""
+        self.held_limit = held_limit
         if history < 0:
             raise ValueError("history cannot be negative")
         if history_policy not in HISTORY_POLICIES:
@@ -118,6 +122,7 @@ class TopicState:
             topic, subscriber, history, reliable, mode)
         self.streams: dict[str, Stream] = {}
         self.departed: dict[str, Stream] = {}  # gone from the record; still delivered until forgotten
+        self.resume: dict[str, int] = {}  # forgotten publishers: the first seq not yet delivered from them
         self._leader: str | None = None  # on an exclusive topic, the only publisher delivered
         self.unmatched: dict[str, str] = {}  # publisher id -> why it is not delivered
         self.strangers: dict[str, list[tuple[Envelope, int]]] = {}  # publisher -> (message, recv_ns)
@@ -168,10 +173,13 @@ class TopicState:
             self.streams[pid] = st
             self.stats.publishers.add(pid)
             new.append(st)
+            resume = self.resume.pop(pid, 1)  # a publisher forgotten and back: nothing delivered comes again
+            st.window = SeqWindow(prefix=resume - 1)
+            st.expected = st.first_owed = resume
             if self.reliable:
                 if self.start is not None:
                     committed, st.handed_before = self.start(pid)
-                    st.expected = st.first_owed = committed + 1
+                    st.expected = st.first_owed = max(committed + 1, resume)
                 self.fetches.append((st, st.expected, None))
                 st.fetching = True
             elif self.history:
@@ -197,6 +205,9 @@ class TopicState:
         st = self.departed.pop(pid, None)
         if st is not None:
             self.stats.lost_before += st.window.missing()
+            self.resume[pid] = st.expected if self.reliable else st.window.highest + 1
+            while len(self.resume) > RESUME_LIMIT:
+                del self.resume[next(iter(self.resume))]
         return st
 
     def _mismatch(self, entry: PublisherEntry) -> str | None:
@@ -218,7 +229,7 @@ class TopicState:
                 self.reread = True
             return
         if st.catching_up and not self.reliable:
-            if len(st.held) < HELD_LIMIT:
+            if len(st.held) < self.held_limit:
                 st.held.append((env, recv_ns))
             return
         self._accept(st, env, False, recv_ns)
@@ -309,7 +320,7 @@ class TopicState:
             return
         if env.seq < st.expected or env.seq in st.buffer:
             return  # already delivered or waiting: a duplicate never reaches the application
-        if len(st.buffer) >= HELD_LIMIT:
+        if len(st.buffer) >= self.held_limit:
             return  # the history still has it: the gap will be fetched again
         st.buffer[env.seq] = (env, recovered)
         if env.seq > st.expected and not recovered and not st.fetching and not st.catching_up:

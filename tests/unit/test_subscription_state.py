@@ -145,6 +145,40 @@ def test_a_departed_publisher_is_delivered_until_forgotten_and_may_come_back():
     assert [s for _, s, _ in delivered(ts)] == [1, 2, 4] and ts.strangers
 
 
+def test_a_publisher_forgotten_and_named_again_delivers_nothing_twice():
+    """Its lease ran out at a busy owner for longer than our grace, and it renewed later: the new
+    stream goes on after what this subscription delivered, not from the first message (reliable),
+    the durable position (which lags what was handed), or its history again (best effort)."""
+    pub = Publication("t", A.id, history_size=100)
+    for i in range(20):
+        pub.stamp(b"x", i)
+    for ts in (TopicState("t", "me", reliable=True), TopicState("t", "me", reliable=True, start=lambda _: (3, 8)),
+               TopicState("t", "me", history=5)):
+        new, _ = ts.reconcile([A])
+        if ts.reliable:
+            st, lo, hi = ts.fetches.pop()
+            ts.on_range(st, lo, hi, range_reply(pub, lo, 10), 1)
+            ts.fetch_done(st, 1)
+        else:
+            ts.on_head(new[0], {"last": 10, "first": 1}, 1)
+            st, lo, hi = ts.fetches.pop()
+            ts.on_range(st, lo, hi, range_reply(pub, lo, hi), 1)
+            ts.fetch_done(st, 1)
+        assert [s for _, s, _ in delivered(ts)][-1] == 10
+        ts.reconcile([])
+        ts.forget(A.id)
+        new, _ = ts.reconcile([A])  # back
+        if ts.reliable:
+            st, lo, hi = ts.fetches.pop()
+            assert lo == 11, "from after what was delivered"
+            ts.on_range(st, lo, hi, range_reply(pub, lo, None), 2)
+        else:
+            ts.on_head(new[0], {"last": 20, "first": 1}, 2)
+            st, lo, hi = ts.fetches.pop()
+            ts.on_range(st, lo, hi, range_reply(pub, 1, hi), 2)  # a reply from further back than asked
+        assert [s for _, s, _ in delivered(ts)] == list(range(11 if ts.reliable else 16, 21))
+
+
 def test_strangers_are_held_and_delivered_once_the_record_names_them():
     ts = TopicState("t", "me")
     ts.reconcile([A])
