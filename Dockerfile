@@ -15,6 +15,6 @@ RUN pip install --no-cache-dir . && useradd --create-home chordpub
 USER chordpub
 
 # the node's RPC port and its events, relay-in and relay-out ports (--ports); clients: --ports 5560
-EXPOSE 5555-5558 5560-5561
+EXPOSE 5555-5558 5560-5561 50051
 ENTRYPOINT ["chordpub"]
 CMD ["node", "start", "--bind", "0.0.0.0", "--port", "5555", "--ports", "5556"]

@@ -16,6 +16,7 @@ from chordpub import (
     cli_analyze,
     cli_config,
     cli_dlq,
+    cli_gateway,
     cli_keys,
     cli_mininet,
     cli_node,
@@ -53,6 +54,7 @@ app.add_typer(cli_node.node_app, name="node")
 app.add_typer(cli_ring.ring_app, name="ring")
 app.command("pub")(cli_pubsub.pub)
 app.command("sub")(cli_sub.sub)
+app.command("gateway")(cli_gateway.gateway)
 app.add_typer(cli_pubsub.topic_app, name="topic")
 app.add_typer(cli_dlq.dlq_app, name="dlq")
 cli_sim.sim_app.command("paper")(cli_sim_paper.paper_cmd)

@@ -55,7 +55,7 @@ from pubsub.durable import DataDir, check_name
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.group_client import expect_groups, join_group, settle_groups
 from pubsub.history import RetentionBounds
-from pubsub.io_loop import IoLoop
+from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
@@ -63,7 +63,7 @@ from pubsub.publishing import PublishingSide, check_topic, literal_note
 from pubsub.registrar import Registrar
 from pubsub.registration import Registration, subscriber_value
 from pubsub.service import SERVICE_SCHEMAS
-from pubsub.subscription import HISTORY_POLICIES, TopicState
+from pubsub.subscription import HELD_LIMIT, HISTORY_POLICIES, TopicState
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,9 @@ class Client:
     Prometheus metrics (pubsub/metrics.py) on http://host:port/metrics (0: a free port; the endpoint
     is then `metrics_endpoint`). `acl`: a policy file (dht/policy.py; docs/security.md) that this client
     enforces as a publisher: who may read its topics (live, history, groups), by the CURVE key each peer
-    presents (`curve` is needed); read again when the file changes.
+    presents (`curve` is needed); read again when the file changes. `receive_hwm`: messages held in the
+    SUB sockets per publisher before they are lost (best effort) or held back (reliable): what a
+    subscriber that reads slowly costs in memory (default 10,000).
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", bind: str | None = None,
@@ -113,7 +115,7 @@ class Client:
                  callback_thread: bool = False, context: zmq.Context | None = None,
                  name: str | None = None, data_dir: str | Path | None = None,
                  connect_timeout: float | None = None, metrics_port: int | None = None, ports: int = 0,
-                 acl: str | Path | None = None) -> None:
+                 acl: str | Path | None = None, receive_hwm: int = RCVHWM) -> None:
         wire.parse_endpoint(via)
         if ports and not 0 < ports < 65535:
             raise ValueError("ports must be in 1..65534 (the service socket's port, and the PUB socket's after it)")
@@ -138,6 +140,7 @@ class Client:
         self._curve = None
         self._closed = False
         self._lock = threading.Lock()
+        self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
         self._subscriptions: dict[str, Subscription] = {}
         self._dispatcher: Dispatcher | None = None
         self._callback_thread = callback_thread
@@ -160,7 +163,8 @@ class Client:
             self.io = IoLoop(service, self.publishing, self.context, setup, heartbeat,
                              on_reread=self._reread, on_dead_letter=self._dead_letter,
                              on_archive=self._read_archive,
-                             on_delivered=self._traced if self._trace is not None else None, client_id=self.id)
+                             on_delivered=self._traced if self._trace is not None else None, client_id=self.id,
+                             receive_hwm=receive_hwm)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
             contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
             if metrics_port is not None:
@@ -203,6 +207,7 @@ class Client:
                                  defaults.seconds if retain_seconds is None else retain_seconds,
                                  defaults.bytes if retain_bytes is None else retain_bytes)
         pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
+        wait = self.timeout if timeout is None else timeout
         with self._lock:
             held = self.publishing.publications.get(topic)
             if held is not None:
@@ -210,8 +215,29 @@ class Client:
                         != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
                     raise ValueError(f"{topic!r} is already advertised with other terms "
                                      f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
-                return
-            self.publishing.add(pub)
+                ready = self._advertising.get(topic)
+            else:
+                self.publishing.add(pub)
+                ready = self._advertising[topic] = threading.Event()
+                held = None
+        if held is not None:  # another thread's advertise of it (or its first publish) may still be under way
+            if ready is not None:
+                self._await_advertised(topic, ready, wait)
+            return
+        try:
+            self._register(topic, pub, mode, archive, wait)
+        finally:
+            with self._lock:
+                self._advertising.pop(topic, None)
+            ready.set()
+
+    def _await_advertised(self, topic: str, ready: threading.Event, wait: float) -> None:
+        """Another thread is registering `topic`: sending before its subscribers are connected would
+        lose the messages, so wait for it (and fail as it failed)."""
+        if not ready.wait(wait) or topic not in self.publishing.publications:
+            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
+
+    def _register(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> None:
         placed: Future = Future()
         entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
         reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
@@ -225,7 +251,6 @@ class Client:
         if archive:
             feed = ArchiveFeed(pub, self.publishing.lock)
             self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
-        wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         try:
             subscribers, fields = placed.result(wait)
@@ -272,6 +297,8 @@ class Client:
             raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
         if topic not in self.publishing.publications:
             self.advertise(topic)
+        elif (ready := self._advertising.get(topic)) is not None:
+            self._await_advertised(topic, ready, self.timeout)
         return self.publishing.publish(topic, bytes(payload), key, priority).seq
 
     # -- subscribing -------------------------------------------------------------------------------------
@@ -334,7 +361,7 @@ class Client:
         if durable is not None:
             positions = Positions(self.data, durable, topic, auto_commit)  # type: ignore[arg-type]
         state = TopicState(topic, self.id, history, reliable, mode, positions.start if positions else None,
-                           history_policy)
+                           history_policy, held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
         with self._lock:
             if topic in self._subscriptions:
                 raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larger)
 BATCH = 2000  # messages read from one socket before the others get a turn
 FETCH_TIMEOUT = 2.0
+FETCH_HELD = 0.05  # seconds between looks whether a full subscription can take a repair now
 ACK_REFRESH_BEATS = 10
 GROUP_TICK = 0.02  # seconds between looks at our consumer groups (members' connections, ack waits) and,
 # under a policy, at the subscriptions waiting to be let through
@@ -61,13 +62,14 @@ class IoLoop:
                  on_dead_letter: Callable[[DeadLetter], None] | None = None,
                  on_delivered: Callable[[str, list[Message]], None] | None = None,
                  client_id: str | None = None,
-                 on_archive: Callable[..., None] | None = None) -> None:
+                 on_archive: Callable[..., None] | None = None, receive_hwm: int = RCVHWM) -> None:
         self.service = Service(server, publishing)
         self.publishing = publishing
         self.context, self.setup, self.heartbeat = context, setup, heartbeat
         self.on_reread, self.on_dead_letter, self.on_delivered = on_reread, on_dead_letter, on_delivered
         self.id = client_id or server.endpoint
         self.on_archive = on_archive  # (topic, publisher, op, lo, hi, then(Reply)): a fetch from the archive
+        self.receive_hwm = receive_hwm
         self.rpc = RpcClient(timeout=1.0, retries=0, setup=setup, context=context)
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
@@ -93,7 +95,7 @@ class IoLoop:
     def _sub_socket(self) -> zmq.Socket:
         sock = self.context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.RCVHWM, self.receive_hwm)
         sock.setsockopt(zmq.SNDHWM, 0)  # our filters, to every peer: never dropped (publishing.py says why)
         sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)  # a larger frame: the peer is dropped
         if self.setup is not None:
@@ -266,6 +268,11 @@ class IoLoop:
         return self.topics.get(ts.topic) is ts and ts.streams.get(st.id) is st
 
     def _fetch(self, ts: TopicState, st: Stream, lo: int, hi: int | None) -> None:
+        handle = self.handles.get(ts.topic)
+        if handle is not None and handle.full:  # the application is behind: what a repair would bring it
+            self._later(FETCH_HELD, lambda: self._alive(ts, st) and self._fetch(ts, st, lo, hi))  # would only
+            return  # pile up in its queue; ask once it has room (its intake is held back meanwhile)
+
         def on_reply(reply: Reply) -> None:
             if not self._alive(ts, st):
                 return
@@ -363,13 +370,16 @@ class IoLoop:
         if ts.mode == "relay":
             self.set_relay(topic, relay)
         new = self._reconcile(ts, publishers)
+        if handle.positions is not None:  # a durable subscriber tells its publishers at once (before the
+            self._send_acks(refresh=False)  # probes): they retain for it from the first message on
         self._flush(ts)
         self.confirmations.wait(ts, new, future, handle, confirm_timeout)
 
     def set_publishers(self, topic: str, publishers: list[PublisherEntry]) -> None:
         ts = self.topics.get(topic)
         if ts is not None:
-            self._reconcile(ts, publishers)
+            if self._reconcile(ts, publishers) and self.handles[topic].positions is not None:
+                self._send_acks(refresh=False)
             self._flush(ts)
 
     def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry]) -> list[Stream]:

@@ -46,7 +46,7 @@ def test_the_images_commands_are_ones_the_cli_accepts():
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("service", ["seed", "node", "subscriber", "publisher"])
+@pytest.mark.parametrize("service", ["seed", "node", "subscriber", "publisher", "gateway"])
 def test_every_compose_service_runs_a_command_the_cli_accepts(service):
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     spec = compose["services"][service]
