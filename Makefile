@@ -8,7 +8,7 @@ STAMP_NB   := $(VENV)/.installed-notebooks
 DEB_PACKAGES := mininet bridge-utils iputils-ping
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint notebooks system-deps bench-groups clean
+.PHONY: demo test lint notebooks system-deps bench-deps bench-groups bench-peers clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,14 +50,25 @@ NOTEBOOK_ARGS ?=
 notebooks: $(STAMP_NB)
 	$(VENV)/bin/jupyter lab notebooks/ --no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(NOTEBOOK_ARGS)
 
-# The work-queue benchmark against NATS JetStream: nats-server from Debian's packages (as root, when
-# missing) and nats-py into the venv; neither is a dependency of chordpub itself.
-bench-groups: $(STAMP_RUN)
-	@command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || { \
-	  if [ "$$(id -u)" = "0" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends nats-server; else echo "install nats-server (Debian package) first"; exit 2; fi; }
+# The benchmarks' yardsticks: nats-server and mosquitto from Debian's packages (as root, when missing),
+# nats-py and paho-mqtt into the venv; none of them is a dependency of chordpub itself.
+BENCH_SERVERS := nats-server mosquitto
+bench-deps: $(STAMP_RUN)
+	@missing=""; for p in $(BENCH_SERVERS); do \
+	  command -v $$p >/dev/null 2>&1 || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ]; then echo "installing Debian packages:$$missing"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "install$$missing (Debian packages) first"; exit 2; fi; fi
 	$(PY) -m pip install -q -e '.[bench]'
+
+# Work queues against NATS JetStream (benchmarks/groups.py).
+bench-groups: bench-deps
 	$(PY) benchmarks/groups.py
+
+# chordpub against NATS, Mosquitto and JetStream (benchmarks/peers.py).
+bench-peers: bench-deps
+	$(PY) benchmarks/peers.py
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

@@ -47,6 +47,7 @@ class LossyLink:
         self.dropped: set[int] = set()
         self.cut = False  # while set, every message is dropped (probes too: the network is down)
         self.passed = 0
+        self.last_passed = 0  # the highest sequence number let through
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -69,6 +70,7 @@ class LossyLink:
                     self.dropped.add(seq)
                     continue
                 self.passed += 1
+                self.last_passed = max(self.last_passed, seq)
                 self.pub.send(frame)
 
     def close(self) -> None:

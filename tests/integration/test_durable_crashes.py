@@ -156,7 +156,12 @@ def test_a_publisher_killed_and_restarted_continues_its_sequence_and_repairs_the
             wait_for(lambda: len(link.dropped) >= 500, 30, what="500 messages sent into the cut")
             first.send_signal(signal.SIGKILL)
             first.wait(10)
-            take(0)
+
+            def caught_up() -> bool:  # what passed the link before the cut may still be on its way to us
+                take(0)
+                return max(m.seq for m in got) >= link.last_passed
+
+            wait_for(caught_up, 30, what="every message that passed the link before the cut")
             last_before = max(m.seq for m in got)
             missed = set(link.dropped)
             link.cut = False
