@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from chordpub import Client
-from chordpub.launcher import stop_processes, wait_for
+from chordpub.launcher import LocalRing, stop_processes, wait_for
 from chordpub.v1 import pubsub_pb2 as pb
 from chordpub.v1 import pubsub_pb2_grpc as rpc
 from tests.conftest import one_error_line, run_cli, start_module_ring
@@ -395,3 +395,34 @@ def test_callers_named_by_client_certificate_or_bearer_token_are_held_to_the_pol
         tokens.stop()
     one_error_line(run_cli("gateway", "--via", ring.nodes[0].endpoint, "--acl", str(tmp_path / "acl.toml")),
                    "--tokens")
+
+
+def test_a_callers_deadline_ends_its_stream_and_a_dead_ring_is_unavailable(ring, gateway, tmp_path):
+    """A Subscribe with a deadline ends with DEADLINE_EXCEEDED and the gateway unsubscribes it from the
+    ring (the record forgets it); a gateway whose ring no longer answers says UNAVAILABLE."""
+    watched = Reader(gateway.stub, topic="with-a-deadline")
+    watched.in_place()
+    with pytest.raises(grpc.RpcError) as exc:
+        for _ in gateway.stub.Subscribe(pb.SubscribeRequest(topic="with-a-deadline"), timeout=1.5):
+            pass
+    assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_for(lambda: gateway.stub.TopicInfo(pb.TopicInfoRequest(topic="with-a-deadline")).subscribers == 1, 20,
+             what="the expired stream's subscription gone from the record (the other one stays)")
+    watched.close()
+    wait_for(lambda: gateway.stub.TopicInfo(pb.TopicInfoRequest(topic="with-a-deadline")).subscribers == 0, 20,
+             what="a cancelled stream's subscription gone from the record")
+
+    lone = LocalRing(tmp_path / "lone", options={"stabilize": 0.3})
+    try:
+        lone.start(1)
+        alone = GatewayProcess(lone.nodes[0].endpoint, tmp_path / "alone", None, "--connect-timeout", "2")
+        try:
+            lone.kill(lone.nodes[0])
+            with pytest.raises(grpc.RpcError) as exc:
+                alone.stub.Publish(pb.PublishRequest(topic="nobody-answers", payload=b"x"), timeout=30)
+            assert exc.value.code() == grpc.StatusCode.UNAVAILABLE and "within" in exc.value.details(), \
+                exc.value.details()
+        finally:
+            alone.stop()
+    finally:
+        lone.stop()
