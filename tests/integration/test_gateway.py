@@ -5,7 +5,9 @@ To see them fail: make `Gateway.Subscribe` skip `send_initial_metadata` ("no sub
 caller cannot tell when it may publish); make `Gateway._open` pass `pending_limit=10**9` to a plain
 subscription (the gateway takes in everything a slow caller is sent: "the best-effort caller is told
 what it lost", 0 > 0); make `Gateway._settle` skip `msg.commit()` (the restarted durable stream starts
-over: 1 != 21); make `Gateway._allowed` return at once (the policy's refusals succeed: "DID NOT RAISE").
+over: 1 != 21); make `Gateway._allowed` return at once (the policy's refusals succeed: "DID NOT RAISE"); make
+`Gateway.Subscribe` skip `context.add_callback` (a stream that ended keeps its subscription: "the
+expired stream's subscription gone from the record ... not reached").
 """
 
 from __future__ import annotations
