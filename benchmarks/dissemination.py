@@ -10,7 +10,8 @@ Variants, each a publisher process and a subscriber process on loopback:
   direct    chordpub.Client publishing -> chordpub.Client subscribed with a callback, found through a
             4-node ring, the subscriber's SUB connected to the publisher's PUB;
   reliable  the same with --reliable (sequence check, in-order buffer, tail repair) and history;
-  relay     chordpub through the topic owner's XSUB/XPUB relay (one more process on the path).
+  relay     chordpub through the topic owner's XSUB/XPUB relay (one more process on the path);
+  batched   direct, the flood sent with `publish_many` 100 messages at a time (paced as direct).
 Each run has two phases on one stream:
   paced       --paced messages at 2000/s: latency p50/p99 (sent_ns to recv_ns, wall clock: until the
               frame left the subscriber's socket, before the callback runs);
@@ -40,13 +41,14 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.spread import said, verdict  # noqa: E402
 from chordpub.launcher import LocalRing, stop_processes, wait_for  # noqa: E402
 
-VARIANTS = ("raw", "raw1", "direct", "reliable", "relay")
-CLIENT_VARIANTS = ("direct", "reliable", "relay", "durable")  # durable: benchmarks/durable.py
+VARIANTS = ("raw", "raw1", "direct", "reliable", "relay", "batched")
+CLIENT_VARIANTS = ("direct", "reliable", "relay", "durable", "batched")  # durable: benchmarks/durable.py
 TOPIC = "bench"
 SIZE = 100
 WARM, PACED, FLOOD = b"w", b"p", b"f"
 HEAD = struct.Struct("!cQq")  # phase, index, sent_ns (raw only: chordpub carries sent_ns itself)
 PACE_PER_S = 2000.0
+BATCHED = 100  # messages per publish_many in the batched variant
 IDLE_S = 3.0  # a subscriber that hears nothing this long after the flood began reports what it has
 
 
@@ -101,8 +103,12 @@ def run_publisher(args: argparse.Namespace) -> None:
         i += 1
         time.sleep(0.01)
     paced(args.paced, send)
-    for i in range(args.messages):
-        send(FLOOD, i)
+    if args.variant == "batched":
+        for start in range(0, args.messages, BATCHED):
+            client.publish_many(TOPIC, [payload(FLOOD, i) for i in range(start, min(start + BATCHED, args.messages))])
+    else:
+        for i in range(args.messages):
+            send(FLOOD, i)
     wait_for(done.exists, timeout=120, what="the subscriber's report")  # reliable: keep serving repairs
     close()
 

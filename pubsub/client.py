@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -285,21 +285,48 @@ class Client:
         returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
         to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
         messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS):
-            raise ValueError(f"a key is 1..{MAX_KEY_CHARS} characters of text, got {key!r}")
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
-            raise ValueError(f"priority is an integer in 0..9, got {priority!r}")
+        if key is not None or type(priority) is not int or priority != DEFAULT_PRIORITY:
+            self._check_terms(key, priority)
+        if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
+            payload = self._checked_payload(payload)
+        if topic not in self.publishing.publications:
+            self.advertise(topic)
+        elif (ready := self._advertising.get(topic)) is not None:
+            self._await_advertised(topic, ready, self.timeout)
+        return self.publishing.publish(topic, payload, key, priority).seq
+
+    def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
+                     priority: int = DEFAULT_PRIORITY) -> int:
+        """`publish` each payload in order, for an application that has several at hand: the same
+        messages, numbered one after another, at a fraction of the cost per message. Every payload is
+        checked before any is sent (a bad one raises and nothing is published); returns the last
+        sequence number (0 for no payloads)."""
+        batch = [self._checked_payload(p) for p in payloads]
+        self._check_terms(key, priority)
+        if not batch:
+            return 0
+        if topic not in self.publishing.publications:
+            self.advertise(topic)
+        elif (ready := self._advertising.get(topic)) is not None:
+            self._await_advertised(topic, ready, self.timeout)
+        return self.publishing.publish_many(topic, batch, key, priority)
+
+    @staticmethod
+    def _checked_payload(payload: bytes | str) -> bytes:
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
         elif not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
-        if topic not in self.publishing.publications:
-            self.advertise(topic)
-        elif (ready := self._advertising.get(topic)) is not None:
-            self._await_advertised(topic, ready, self.timeout)
-        return self.publishing.publish(topic, bytes(payload), key, priority).seq
+        return bytes(payload)
+
+    @staticmethod
+    def _check_terms(key: str | None, priority: int) -> None:
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS):
+            raise ValueError(f"a key is 1..{MAX_KEY_CHARS} characters of text, got {key!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise ValueError(f"priority is an integer in 0..9, got {priority!r}")
 
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",

@@ -237,3 +237,36 @@ def test_threads_publishing_a_new_topic_at_once_lose_nothing_to_the_first_regist
         wait_for(lambda: (m := sub.get(timeout=0.1)) is not None and got.append(m.seq) is None and len(got) == 8, 20,
                  what="the eight first messages")
     assert sorted(seqs) == sorted(got) == list(range(1, 9)) and sub.lost == 0
+
+
+def test_publish_many_sends_the_same_messages_in_order_and_nothing_on_a_bad_payload(ring, tmp_path):
+    """A batch goes out as that many publishes would: numbered on from the last publish, in order,
+    to plain subscribers, a consumer group and through a publisher's journal; a bad payload anywhere
+    in it raises before any is sent."""
+    via = ring.nodes[0].endpoint
+    with Client(via) as publisher, Client(via, data_dir=tmp_path / "pub-data") as journaled, \
+            Client(via) as subscriber, Client(via) as member:
+        plain = subscriber.subscribe("batched", reliable=True)
+        worker = member.subscribe("batched", group="g")
+        from_journal = subscriber.subscribe("batched-journal", reliable=True)
+        assert publisher.publish("batched", b"one") == 1
+        assert publisher.publish_many("batched", [f"m{i}" for i in range(2, 2502)]) == 2501
+        with pytest.raises(TypeError):
+            publisher.publish_many("batched", [b"fine", 42, b"never sent"])
+        assert publisher.publish_many("batched", []) == 0
+        assert publisher.publish("batched", b"last") == 2502, "a refused batch takes no number"
+        assert journaled.publish_many("batched-journal", (b"j%d" % i for i in range(1, 3001))) == 3000
+        got, done, journal_got = [], [], []
+
+        def drained(sub, into: list, n: int) -> bool:  # noqa: ANN001 - a Subscription
+            while len(into) < n and (m := sub.get(timeout=0.05)) is not None:
+                into.append(m)
+            return len(into) >= n
+
+        wait_for(lambda: drained(plain, got, 2502), 30, what="the batch at the plain subscriber")
+        wait_for(lambda: drained(worker, done, 2502), 30, what="the batch at the group's member")
+        wait_for(lambda: drained(from_journal, journal_got, 3000), 30, what="the journaled batch")
+    assert [m.seq for m in got] == list(range(1, 2503))
+    assert [m.payload for m in got[1:2501]] == [f"m{i}".encode() for i in range(2, 2502)] and got[-1].payload == b"last"
+    assert [m.payload for m in journal_got] == [b"j%d" % i for i in range(1, 3001)]
+    assert sorted(m.seq for m in done) == list(range(1, 2503)), "the group's copy of each"

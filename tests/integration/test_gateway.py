@@ -428,3 +428,42 @@ def test_a_callers_deadline_ends_its_stream_and_a_dead_ring_is_unavailable(ring,
             alone.stop()
     finally:
         lone.stop()
+
+
+def test_grpc_callers_share_a_topic_as_a_consumer_group_and_nak_sends_a_message_again(ring, gateway):
+    """Two gRPC members of one group and a native one, 5 unacknowledged messages each at most: each
+    message to one of them; a message a gRPC member naks comes again (to any member, flagged
+    redelivered), one it acks does not."""
+    with Client(ring.nodes[1].endpoint, heartbeat=HB) as native:
+        mine: list = []
+        native.subscribe("grpc-jobs", group="crew", prefetch=5, callback=lambda m: mine.append(m.seq))
+        a = Reader(gateway.stub, topic="grpc-jobs", group="crew", manual_ack=True, prefetch=5)
+        b = Reader(gateway.stub, topic="grpc-jobs", group="crew", manual_ack=True, prefetch=5)
+        a.in_place()
+        b.in_place()
+        settled: set[str] = set()
+        naked: list[int] = []
+
+        def settle() -> int:
+            """Ack what the gRPC members got, except the first delivery of all: nak it."""
+            for d in [*a.got, *b.got]:
+                if d.delivery_id in settled:
+                    continue
+                settled.add(d.delivery_id)
+                nak = not naked
+                if nak:
+                    naked.append(d.seq)
+                how = gateway.stub.Nak if nak else gateway.stub.Ack
+                assert how(pb.SettleRequest(delivery_ids=[d.delivery_id])).settled == 1
+            return len(settled)
+
+        for i in range(60):
+            native.publish("grpc-jobs", f"job {i + 1}")
+        wait_for(lambda: settle() + len(mine) >= 61, 30, interval=0.05, what="every job, and the naked one again")
+        seen = [d.seq for d in [*a.got, *b.got]] + mine
+        a.close()
+        b.close()
+    assert sorted(seen) == sorted([*range(1, 61), *naked]), "each job once, the naked one twice"
+    again = [d for d in [*a.got, *b.got] if d.seq == naked[0] and d.deliveries == 2]
+    assert (again and again[0].redelivered) or mine.count(naked[0]) == 1
+    assert a.got and b.got, "both gRPC members had a share"
