@@ -44,6 +44,7 @@ class Tally:
         self.latencies: list[float] = []
         self.warm = False
         self.done = threading.Event()
+        self._seen, self._since = -1, time.monotonic()
 
     def take(self, data: bytes) -> None:
         now = time.time_ns()
@@ -60,16 +61,20 @@ class Tally:
         if self.flood + len(self.latencies) >= self.expected:
             self.done.set()
 
+    def finished(self) -> bool:
+        """Every expected message came, or messages came and then none for IDLE_S (called in a loop)."""
+        if self.done.is_set():
+            return True
+        count, now = self.flood + len(self.latencies), time.monotonic()
+        if count != self._seen:
+            self._seen, self._since = count, now
+            return False
+        return bool(count) and now - self._since >= IDLE_S
+
     def wait(self, limit: float) -> None:
-        """Until every expected message came, or the flood went quiet for IDLE_S, or `limit` seconds."""
+        """Until `finished`, or `limit` seconds."""
         deadline = time.monotonic() + limit
-        seen, since = -1, time.monotonic()
-        while not self.done.is_set() and time.monotonic() < deadline:
-            count = self.flood + len(self.latencies)
-            if count != seen:
-                seen, since = count, time.monotonic()
-            elif count and time.monotonic() - since >= IDLE_S:
-                return
+        while not self.finished() and time.monotonic() < deadline:
             self.done.wait(0.05)  # polling a count with a deadline
 
     def report(self) -> dict:
@@ -141,14 +146,8 @@ async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Ta
     if args.warm:
         Path(args.warm).write_text("1")
     deadline = time.monotonic() + args.limit
-    seen, since = -1, time.monotonic()
-    while not tally.done.is_set() and time.monotonic() < deadline:
-        count = tally.flood + len(tally.latencies)
-        if count != seen:
-            seen, since = count, time.monotonic()
-        elif count and time.monotonic() - since >= IDLE_S:
-            break
-        await asyncio.sleep(0.05)
+    while not tally.finished() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # polling the tally with nats-py's loop running
     await nc.drain()
 
 
