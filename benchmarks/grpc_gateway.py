@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -211,6 +212,7 @@ def main() -> None:
     if args.bare_server:
         serve_bare(args.bare_server)
         return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a terminated run still stops what it started
     runs: dict[str, list[dict]] = {r: [] for r in ROUTES}
     bare_runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp_name, LocalRing(Path(tmp_name), options={"stabilize": 0.5}) as ring:

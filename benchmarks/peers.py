@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -217,6 +218,7 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a subscriber waits at most")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout instead of the table")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a terminated run still stops its servers
     chosen = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -5,9 +5,7 @@ To see them fail: make `Gateway.Subscribe` skip `send_initial_metadata` ("no sub
 caller cannot tell when it may publish); make `Gateway._open` pass `pending_limit=10**9` to a plain
 subscription (the gateway takes in everything a slow caller is sent: "the best-effort caller is told
 what it lost", 0 > 0); make `Gateway._settle` skip `msg.commit()` (the restarted durable stream starts
-over: 1 != 21); make `Gateway._allowed` return at once (the policy's refusals succeed: "DID NOT RAISE"); make
-`Gateway.Subscribe` skip `context.add_callback` (a stream that ended keeps its subscription: "the
-expired stream's subscription gone from the record ... not reached").
+over: 1 != 21). The callers' names, policies and deadlines: test_gateway_security.py.
 """
 
 from __future__ import annotations
@@ -15,11 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -28,63 +23,19 @@ import grpc
 import pytest
 
 from chordpub import Client
-from chordpub.launcher import LocalRing, stop_processes, wait_for
+from chordpub.launcher import stop_processes, wait_for
 from chordpub.v1 import pubsub_pb2 as pb
 from chordpub.v1 import pubsub_pb2_grpc as rpc
 from tests.conftest import one_error_line, run_cli, start_module_ring
+from tests.helpers.gateway import HB, GatewayProcess, Reader
 from tests.helpers.node_grpc import node_grpc_modules
-from tests.helpers.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
-HB = 0.3
 
 
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
     yield from start_module_ring(tmp_path_factory, "gateway-ring", 2)
-
-
-class GatewayProcess:
-    """`chordpub gateway` as a process, and a channel to it (TLS when `tls_ca` is given, presenting the
-    `client` (key, certificate) pair if any)."""
-
-    def __init__(self, via: str, workdir: Path, port: int | None = None, *args: str, tls_ca: Path | None = None,
-                 client: tuple[Path, Path] | None = None) -> None:
-        self.via, self.workdir, self.args = via, workdir, args
-        self.tls_ca, self.client = tls_ca, client
-        self.port = port or free_ports(1)[0]
-        self.data = workdir / "gateway-data"
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.start()
-
-    def start(self) -> None:
-        self.log = self.workdir / "gateway.log"
-        self.proc = subprocess.Popen([sys.executable, "-m", "chordpub", "gateway", "--via", self.via, "--listen",
-                                      f"127.0.0.1:{self.port}", "--data-dir", str(self.data), "--heartbeat",
-                                      str(HB), *self.args], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log, "a"), start_new_session=True)  # noqa: SIM115
-        if self.tls_ca is None:
-            self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
-        else:
-            key, cert = (self.client[0].read_bytes(), self.client[1].read_bytes()) if self.client else (None, None)
-            self.channel = grpc.secure_channel(f"127.0.0.1:{self.port}", grpc.ssl_channel_credentials(
-                self.tls_ca.read_bytes(), private_key=key, certificate_chain=cert))
-        grpc.channel_ready_future(self.channel).result(timeout=30)
-        self.stub = rpc.PubSubStub(self.channel)
-
-    def rss_mb(self) -> float:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) / 1024
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
@@ -93,34 +44,6 @@ def gateway(ring, tmp_path):
     yield gw
     gw.stop()
     stop_processes([gw.proc], grace=1)
-
-
-class Reader:
-    """A Subscribe stream read on a thread; `in_place()` once the gateway says the subscription is."""
-
-    def __init__(self, stub: rpc.PubSubStub, slow: float = 0.0, **request) -> None:  # noqa: ANN003
-        self.call = stub.Subscribe(pb.SubscribeRequest(**request))
-        self.got: list[pb.Delivery] = []
-        self.error: grpc.RpcError | None = None
-        self.slow = slow
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def in_place(self) -> None:
-        assert dict(self.call.initial_metadata()).get("chordpub-subscribed"), "no subscription"
-
-    def _read(self) -> None:
-        try:
-            for d in self.call:
-                self.got.append(d)
-                if self.slow:
-                    time.sleep(self.slow)  # a caller that reads slowly (its own work)
-        except grpc.RpcError as exc:
-            self.error = exc
-
-    def close(self) -> None:
-        self.call.cancel()
-        self.thread.join(10)
 
 
 def test_grpc_callers_publish_to_native_subscribers_and_read_native_publishers(ring, gateway):
@@ -321,113 +244,6 @@ def test_a_durable_grpc_subscription_resumes_after_the_gateway_is_killed(ring, g
         again.close()
     assert [d.seq for d in again.got[:30]] == list(range(21, 51)), "resumed after the last acknowledged entry"
     assert all(d.redelivered for d in again.got[:10]) and not any(d.redelivered for d in again.got[10:30])
-
-
-def make_certs(d: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1, and a client certificate whose common name is alice."""
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=test-ca")
-    for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("alice", "extendedKeyUsage=clientAuth")):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", f"/CN={'127.0.0.1' if name == 'server' else name}")
-        (d / f"{name}.ext").write_text(extra + "\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
-    return {n: d / n for n in ("ca.pem", "server.pem", "server.key", "alice.pem", "alice.key")}
-
-
-POLICY = """
-[principals.alice.publish]
-allow = ["open/>"]
-[principals.alice.subscribe]
-allow = ["open/>"]
-[principals.bob.subscribe]
-allow = ["open/>"]
-"""
-
-
-def test_callers_named_by_client_certificate_or_bearer_token_are_held_to_the_policy(ring, tmp_path):
-    """TLS with client certificates (alice by her certificate's common name), and bearer tokens (bob),
-    each under the policy: what it allows goes through, what it does not is PERMISSION_DENIED, an
-    unknown token UNAUTHENTICATED, a caller without a certificate is not served at all."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make the test's certificates")
-    certs = make_certs(tmp_path)
-    (tmp_path / "acl.toml").write_text(POLICY)
-    (tmp_path / "tokens").write_text("# token principal\ns3cret-bob bob\n")
-    tls = GatewayProcess(ring.nodes[0].endpoint, tmp_path / "tls", None, "--acl", str(tmp_path / "acl.toml"),
-                         "--tls-cert", str(certs["server.pem"]), "--tls-key", str(certs["server.key"]),
-                         "--tls-client-ca", str(certs["ca.pem"]), tls_ca=certs["ca.pem"],
-                         client=(certs["alice.key"], certs["alice.pem"]))
-    tokens = GatewayProcess(ring.nodes[0].endpoint, tmp_path / "tokens-gw", None, "--acl", str(tmp_path / "acl.toml"),
-                            "--tokens", str(tmp_path / "tokens"))
-    try:
-        alice = tls.stub
-        assert alice.Publish(pb.PublishRequest(topic="open/news", payload=b"by alice")).seq == 1
-        with pytest.raises(grpc.RpcError) as exc:
-            alice.Publish(pb.PublishRequest(topic="closed/news", payload=b"x"))
-        assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED and "alice" in exc.value.details()
-        anonymous = grpc.secure_channel(f"127.0.0.1:{tls.port}", grpc.ssl_channel_credentials(
-            certs["ca.pem"].read_bytes()))
-        with closing(anonymous), pytest.raises(grpc.RpcError) as exc:
-            rpc.PubSubStub(anonymous).Publish(pb.PublishRequest(topic="open/news", payload=b"x"), timeout=5)
-        assert exc.value.code() == grpc.StatusCode.UNAVAILABLE, "no client certificate: no connection"
-
-        bob = [("authorization", "Bearer s3cret-bob")]
-        feed = tokens.stub.Subscribe(pb.SubscribeRequest(topic="open/feed"), metadata=bob)
-        assert dict(feed.initial_metadata()).get("chordpub-subscribed") == "open/feed"
-        feed.cancel()
-        for call, words in ((lambda: tokens.stub.Publish(pb.PublishRequest(topic="open/feed", payload=b"x"),
-                                                          metadata=bob), "bob"),
-                            (lambda: tokens.stub.Publish(pb.PublishRequest(topic="open/feed", payload=b"x")), ""),
-                            (lambda: next(tokens.stub.Subscribe(pb.SubscribeRequest(topic="closed/feed"),
-                                                                metadata=bob)), "bob")):
-            with pytest.raises(grpc.RpcError) as exc:
-                call()
-            assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED and words in exc.value.details()
-        with pytest.raises(grpc.RpcError) as exc:
-            tokens.stub.Publish(pb.PublishRequest(topic="open/feed", payload=b"x"),
-                                metadata=[("authorization", "Bearer guessed")])
-        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    finally:
-        tls.stop()
-        tokens.stop()
-    one_error_line(run_cli("gateway", "--via", ring.nodes[0].endpoint, "--acl", str(tmp_path / "acl.toml")),
-                   "--tokens")
-
-
-def test_a_callers_deadline_ends_its_stream_and_a_dead_ring_is_unavailable(ring, gateway, tmp_path):
-    """A Subscribe with a deadline ends with DEADLINE_EXCEEDED and the gateway unsubscribes it from the
-    ring (the record forgets it); a gateway whose ring no longer answers says UNAVAILABLE."""
-    watched = Reader(gateway.stub, topic="with-a-deadline")
-    watched.in_place()
-    with pytest.raises(grpc.RpcError) as exc:
-        for _ in gateway.stub.Subscribe(pb.SubscribeRequest(topic="with-a-deadline"), timeout=1.5):
-            pass
-    assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_for(lambda: gateway.stub.TopicInfo(pb.TopicInfoRequest(topic="with-a-deadline")).subscribers == 1, 20,
-             what="the expired stream's subscription gone from the record (the other one stays)")
-    watched.close()
-    wait_for(lambda: gateway.stub.TopicInfo(pb.TopicInfoRequest(topic="with-a-deadline")).subscribers == 0, 20,
-             what="a cancelled stream's subscription gone from the record")
-
-    lone = LocalRing(tmp_path / "lone", options={"stabilize": 0.3})
-    try:
-        lone.start(1)
-        alone = GatewayProcess(lone.nodes[0].endpoint, tmp_path / "alone", None, "--connect-timeout", "2")
-        try:
-            lone.kill(lone.nodes[0])
-            with pytest.raises(grpc.RpcError) as exc:
-                alone.stub.Publish(pb.PublishRequest(topic="nobody-answers", payload=b"x"), timeout=30)
-            assert exc.value.code() == grpc.StatusCode.UNAVAILABLE and "within" in exc.value.details(), \
-                exc.value.details()
-        finally:
-            alone.stop()
-    finally:
-        lone.stop()
 
 
 def test_grpc_callers_share_a_topic_as_a_consumer_group_and_nak_sends_a_message_again(ring, gateway):
