@@ -8,7 +8,7 @@ slow application: a best-effort stream loses what exceeds its queue (`--queue`, 
 Delivery's `dropped`), a reliable one stops taking messages in and repairs later, a group member is
 held by its credit. Each stream's client holds `--queue` messages in its sockets too (its receive
 high-water mark), so the gateway's memory is bounded by `--max-streams` × a few `--queue` messages,
-and the deliveries kept for manual acks (`UNACKED_LIMIT` per stream).
+and the deliveries kept for manual acks (`UNACKED_LIMIT` and `UNACKED_BYTES` per stream).
 
 Callers are named (for a policy, `--acl`, checked here before the gateway acts for them; the ring
 judges the gateway's own key) by their TLS client certificate's common name, or by a bearer token
@@ -35,6 +35,7 @@ from dht.client import DhtError
 log = logging.getLogger(__name__)
 
 UNACKED_LIMIT = 10_000  # deliveries a stream keeps for the caller's Ack/Nak; the oldest go first
+UNACKED_BYTES = 16 * 1024 * 1024  # and their payloads' bytes at most
 POLL = 0.25  # seconds a stream waits for a message before looking whether its caller is still there
 
 
@@ -70,17 +71,26 @@ class Stream:
         self.sid, self.client, self.sub, self.manual = sid, client, sub, manual  # (a Client, a Subscription)
         self.caller = caller  # its principal: only it settles the stream's deliveries
         self.unacked: OrderedDict[str, object] = OrderedDict()
+        self.bytes = 0  # of the payloads in `unacked`
         self.lock = threading.Lock()
 
     def keep(self, delivery_id: str, msg) -> None:  # noqa: ANN001 - a Message
+        """Hold a delivery for the caller's Ack/Nak. Beyond the bounds the oldest is let go: its ack can
+        no longer come (a group's message is redelivered after its ack wait, as for a dead member; a
+        durable position is committed by any later ack anyway)."""
         with self.lock:
             self.unacked[delivery_id] = msg
-            while len(self.unacked) > UNACKED_LIMIT:
-                self.unacked.popitem(last=False)  # its ack can no longer come: redelivered as for a dead member
+            self.bytes += len(msg.payload)
+            while len(self.unacked) > UNACKED_LIMIT or self.bytes > UNACKED_BYTES:
+                _, old = self.unacked.popitem(last=False)
+                self.bytes -= len(old.payload)
 
     def take(self, delivery_id: str):  # noqa: ANN201 - a Message or None
         with self.lock:
-            return self.unacked.pop(delivery_id, None)
+            msg = self.unacked.pop(delivery_id, None)
+            if msg is not None:
+                self.bytes -= len(msg.payload)
+            return msg
 
 
 class Gateway(rpc.PubSubServicer):
