@@ -114,6 +114,7 @@ def node_start(
                               ports=(ports + 1, ports + 2) if ports else (0, 0), acl=acl).start()
         config.services.update(relay_service.services)
     node = ChordNode(config, setup=setup)
+    node.relay = relay_service
     hops = None
     if metrics_port is not None:
         from dht.metrics import LookupHops

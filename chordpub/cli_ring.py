@@ -1,4 +1,4 @@
-"""`chordpub ring ...`: start a local ring, check a running one, watch it live, draw it."""
+"""`chordpub ring ...`: start a local ring, check a running one, measure its load, watch it live, draw it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from chordpub.cli_common import (
 )
 from dht.ids import check_bits
 
-ring_app = typer.Typer(help="Start a local ring of node processes, check or watch a running ring, draw it.",
+ring_app = typer.Typer(help="Start a local ring of node processes; check, load, watch or draw a running ring.",
                        no_args_is_help=True)
 
 
@@ -102,6 +102,45 @@ def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H
     emit(report, as_json, human)
     if not report["consistent"]:
         raise typer.Exit(1)
+
+
+@ring_app.command("load")
+@clean_errors
+def ring_load(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+              interval: float = typer.Option(2.0, help="Seconds between the two looks the rates come from."),
+              curve: Path = typer.Option(None, help=CURVE_HELP),
+              connect_timeout: float = connect_timeout_option(),
+              as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """What each node carries: records owned, and per second registrations, renewals, lookup steps,
+    relay messages, bytes in and out (from two walks of the ring --interval seconds apart); then how
+    evenly, as the ring's max/mean and p99/mean of each."""
+    from dht.load import FIGURES, report
+    from dht.ringcheck import walk
+
+    if not 0.1 <= interval <= 3600:
+        fail(f"--interval must be in 0.1..3600 seconds, got {interval:g}")
+    with dht_client(endpoint, curve, connect_timeout) as client:
+        first, _ = walk(client, endpoint)
+        time.sleep(interval)  # the span the rates are measured over
+        second, problems = walk(client, endpoint)
+    out = {**report(first, second), "interval": interval, "problems": problems}
+
+    def human(o: dict) -> str:
+        def cell(v: float | None, fmt: str = ".1f") -> str:
+            return "-" if v is None else format(v, fmt)
+
+        head = ["node", "records", "reg/s", "renew/s", "steps/s", "relay/s", "in B/s", "out B/s"]
+        lines = ["  ".join(f"{h:>10s}" if i else f"{h:22s}" for i, h in enumerate(head))]
+        for n in o["nodes"]:
+            lines.append("  ".join([f"{n['endpoint']:22s}", f"{n['records']:>10d}"] +
+                                   [f"{cell(n[k]):>10s}" for k in FIGURES[1:]]))
+        for what in ("max_over_mean", "p99_over_mean"):
+            lines.append("  ".join([f"{what.replace('_over_', '/'):22s}"] +
+                                   [f"{cell(o['ring'][k][what], '.2f'):>10s}" for k in FIGURES]))
+        lines += [f"problem: {p}" for p in o["problems"]]
+        return "\n".join(lines)
+
+    emit(out, as_json, human)
 
 
 @ring_app.command("watch")

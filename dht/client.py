@@ -210,6 +210,9 @@ class DhtClient:
                              ] if isinstance(remembered, list) else []
         for k in ("probes", "merges", "probe_bytes"):
             out[k] = body.get(k) if isinstance(body.get(k), int) else 0
+        load = body.get("load")  # what it carries (dht/load.py): numbers, or None where it has no relay
+        out["load"] = {k: v for k, v in load.items() if isinstance(k, str) and (v is None or (
+            isinstance(v, int | float) and not isinstance(v, bool)))} if isinstance(load, dict) else None
         denials = body.get("denials")  # what its policy refused, by operation
         out["denials"] = {k: v for k, v in denials.items() if isinstance(k, str) and isinstance(v, int)
                           } if isinstance(denials, dict) else {}

@@ -69,7 +69,12 @@ class NodeCollector:
                  node.next_hops_served),
                 ("chordpub_node_lookups_failed", "Lookups of this node's own that failed.", self.hops.failed),
                 ("chordpub_node_sent_bytes", "Bytes sent: replies, own requests and record events.",
-                 traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"])):
+                 traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"]),
+                ("chordpub_node_received_bytes", "Bytes of requests received.", node.server.bytes_received),
+                ("chordpub_node_record_items", "Record items served (registrations, renewals, reads).",
+                 node.record_items),
+                ("chordpub_node_record_writes", "Record items that changed a record (registrations).",
+                 node.record_writes)):
             c = CounterMetricFamily(name, doc, labels=["node"])
             c.add_metric(label, value)
             yield c

@@ -134,6 +134,9 @@ class ChordNode:
         self.rounds = 0
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
+        self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
+        self.record_writes = 0  # of which changed a record: registrations, unregistrations
+        self.relay = None  # the relay this process runs for its topics (pubsub/relay.py), if any
         self.neighbours_left: deque[str] = deque(maxlen=16)  # told by `leaving`: `ring watch` says "left"
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
@@ -241,6 +244,7 @@ class ChordNode:
                 "records": len(owned),
                 "denials": dict(self.denials.count),
                 "lookups_served": self.next_hops_served,
+                "load": self.load(len(owned)),
                 "neighbours_left": list(self.neighbours_left),
                 "remembered": self.members.rows(time.time()),
                 "probes": self.prober.probes,
@@ -248,6 +252,20 @@ class ChordNode:
                 "merges": self.prober.merges,
                 **({"topics": sorted(owned)[:topics]} if topics else {}),
             }
+
+    def load(self, records: int) -> dict:
+        """What this node carries (`chordpub ring load` turns two of these into rates): records owned,
+        and counters since start: record items served and the writes among them, lookup steps
+        served, bytes in (requests) and out (replies, own requests, record events), and what its relay
+        took from publishers. Called with the lock held."""
+        traffic = self.traffic()
+        relay = self.relay.stats() if self.relay is not None else None
+        return {"time": time.time(), "records": records, "record_items": self.record_items,
+                "record_writes": self.record_writes, "lookup_steps": self.next_hops_served,
+                "bytes_in": self.server.bytes_received,
+                "bytes_out": traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"],
+                "relay_messages": None if relay is None else relay["messages"],
+                "relay_bytes": None if relay is None else relay["bytes"]}
 
     def _rtt(self, peer: Peer | None) -> float | None:
         if peer is None or self.round_trips is None:
@@ -316,8 +334,10 @@ class ChordNode:
             if denied is not None:
                 results.append({"ok": False, "err": denied})
                 continue
+            self.record_items += 1
             applied = self.records.apply(item, now)
             if applied.write is not None:
+                self.record_writes += 1
                 composite, raw = applied.write
                 key, name = split_field_key(composite)
                 prev = self.records.epoch(key, namespace(name))

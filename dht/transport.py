@@ -129,6 +129,7 @@ class RpcServer:
         self.endpoint = f"{self.host}:{advertise_port or self.port}"
         self.reject_log = RejectLog("malformed request")
         self.bytes_sent = 0  # replies, for the node's traffic figures
+        self.bytes_received = 0  # requests
         self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
 
     def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
@@ -160,9 +161,13 @@ class RpcServer:
     def receive(self, flags: int = 0) -> tuple[list[bytes], str | None]:
         """One request's frames, and its sender's principal when CurveZMQ named it (else None)."""
         if not self.identify:
-            return self.socket.recv_multipart(flags), None
+            frames = self.socket.recv_multipart(flags)
+            self.bytes_received += len(frames[-1])
+            return frames, None
         parts = self.socket.recv_multipart(flags, copy=False)
-        return [f.bytes for f in parts], principal_of(parts[-1])
+        frames = [f.bytes for f in parts]
+        self.bytes_received += len(frames[-1])
+        return frames, principal_of(parts[-1])
 
     def handle_frames(self, frames: list[bytes], principal: str | None = None) -> list[bytes] | None:
         """Frames from the ROUTER -> frames to send back (or None to drop). The handler finds the

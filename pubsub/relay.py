@@ -11,6 +11,7 @@ moves, its relay PUB and relay SUB follow (pubsub/publishing.py, pubsub/io_loop.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -46,6 +47,8 @@ class Relay:
         self.in_endpoint = f"{told}:{bind_port(self.xsub, host, ports[0])}"
         self.out_port = bind_port(self.xpub, host, ports[1])
         self.out_endpoint = f"{told}:{self.out_port}"
+        self.forwarded = self.forwarded_bytes = 0  # under a policy (the Python loop counts them)
+        self._control_lock = threading.Lock()  # the control socket: statistics (node's server thread), close
         self._control_address = f"inproc://relay-control-{id(self)}"
         self._control = self.context.socket(zmq.PAIR)
         self._control.bind(self._control_address)
@@ -106,9 +109,12 @@ class Relay:
             if self.xsub in events:
                 for _ in range(1000):
                     try:
-                        self.xpub.send(self.xsub.recv(zmq.NOBLOCK))
+                        frame = self.xsub.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
+                    self.xpub.send(frame)
+                    self.forwarded += 1
+                    self.forwarded_bytes += len(frame)
             if self.xpub in events:
                 gate.take()
             now = time.monotonic()
@@ -124,9 +130,26 @@ class Relay:
                     gate = self._gate()
                     poller.register(self.xpub, zmq.POLLIN)
 
+    def stats(self) -> dict[str, int]:
+        """Messages and bytes taken from publishers so far (for the node's load): zmq's proxy counts
+        them itself and says so on its control socket; under a policy our loop counts them."""
+        if self.policy is not None:
+            return {"messages": self.forwarded, "bytes": self.forwarded_bytes}
+        with self._control_lock:
+            if not self._thread.is_alive():
+                return {"messages": 0, "bytes": 0}
+            while self._control.poll(0):  # a reply that came after an earlier wait gave up
+                self._control.recv_multipart()
+            self._control.send(b"STATISTICS")
+            if not self._control.poll(1000):
+                return {"messages": 0, "bytes": 0}
+            counts = [int.from_bytes(f, sys.byteorder) for f in self._control.recv_multipart()]
+        return {"messages": counts[0], "bytes": counts[1]}  # frontend (publishers in): messages, bytes
+
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._control.send(b"TERMINATE")
-            self._thread.join(timeout=5)
+        with self._control_lock:
+            if self._thread.is_alive():
+                self._control.send(b"TERMINATE")
+                self._thread.join(timeout=5)
         for sock in (self._control, self.xsub, self.xpub):
             sock.close()
