@@ -131,15 +131,15 @@ def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: flo
 
 def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, pns: int,
              timeout: float) -> list[dict]:
-    running = []
+    """Every key looked up from every host, one host after another: run at once, each lookup process
+    would be timed while the others start (a Python process's start-up is CPU the nodes then lack),
+    and the latencies would measure this machine's load rather than the links."""
+    rows = []
     for n in nodes:
         out = logs / f"pns{pns}-{n['host']}.lookups.json"
         with open(out, "wb") as f, open(logs / f"pns{pns}-{n['host']}.log", "ab") as err:
             proc = net.popen(n["host"], [sys.executable, "-m", "chordpub", "node", "lookups", n["endpoint"],
                                          "--keys", str(keys_file), "--json"], stdout=f, stderr=err)
-        running.append((n, proc, out))
-    rows = []
-    for n, proc, out in running:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
