@@ -27,7 +27,7 @@ from chordpub.launcher import stop_processes, wait_for
 from chordpub.v1 import pubsub_pb2 as pb
 from chordpub.v1 import pubsub_pb2_grpc as rpc
 from tests.conftest import one_error_line, run_cli, start_module_ring
-from tests.helpers.gateway import HB, GatewayProcess, Reader
+from tests.helpers.gateway import HB, Reader
 from tests.helpers.node_grpc import node_grpc_modules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,14 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
     yield from start_module_ring(tmp_path_factory, "gateway-ring", 2)
-
-
-@pytest.fixture
-def gateway(ring, tmp_path):
-    gw = GatewayProcess(ring.nodes[0].endpoint, tmp_path)
-    yield gw
-    gw.stop()
-    stop_processes([gw.proc], grace=1)
 
 
 def test_grpc_callers_publish_to_native_subscribers_and_read_native_publishers(ring, gateway):

@@ -14,7 +14,7 @@ from contextlib import closing
 import grpc
 import pytest
 
-from chordpub.launcher import LocalRing, stop_processes, wait_for
+from chordpub.launcher import LocalRing, wait_for
 from chordpub.v1 import pubsub_pb2 as pb
 from chordpub.v1 import pubsub_pb2_grpc as rpc
 from tests.conftest import one_error_line, run_cli, start_module_ring
@@ -24,14 +24,6 @@ from tests.helpers.gateway import GatewayProcess, Reader, make_certs
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
     yield from start_module_ring(tmp_path_factory, "gateway-security-ring", 2)
-
-
-@pytest.fixture
-def gateway(ring, tmp_path):
-    gw = GatewayProcess(ring.nodes[0].endpoint, tmp_path)
-    yield gw
-    gw.stop()
-    stop_processes([gw.proc], grace=1)
 
 
 POLICY = """
