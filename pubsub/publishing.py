@@ -192,10 +192,10 @@ class PublishingSide:
                     last = pub.seq
                     continue
                 send = (self.direct if pub.mode == "direct" else self.relay).send  # type: ignore[union-attr]
-                pack, offer = self._packer.pack, self.groups.offer if self.groups.groups else None
+                packer, offer = self._packer, self.groups.offer if self.groups.groups else None
                 for payload in payloads[start:start + PUBLISH_MANY_CHUNK]:
                     env = stamp(payload, now(), key, priority)
-                    send(pack([1, env.topic, env.publisher, env.seq, env.sent_ns, env.payload]))
+                    send(env.encode(packer))
                     if offer is not None:
                         offer(env)
                 last = pub.seq
@@ -211,7 +211,7 @@ class PublishingSide:
                 sock = self.direct if pub.mode == "direct" else self.relay
                 if sock is None:
                     continue  # closing
-                sock.send(packer.pack([1, env.topic, env.publisher, env.seq, env.sent_ns, env.payload]))
+                sock.send(env.encode(packer))
                 first = pub.history.first_seq
                 pub.retain(env)
                 if self.groups.groups:
