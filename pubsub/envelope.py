@@ -17,6 +17,12 @@ header) never matches one, so a publisher's one PUB socket carries both: every m
 plain subscriber, and each group's copy to one member. A message's `key` and `priority` travel only
 in dispatch frames; the plain frame stays as it is.
 
+A publisher sending faster than one message per COALESCE_GAP_NS coalesces a run of consecutive
+messages of one topic into one frame, [1, topic, publisher, first seq, [sent_ns...], [payload...]]
+(`encode_run`; pubsub/publishing.py decides): the same header and topic, so the same prefix selects
+it, and one frame and one decode carry up to 64 messages, which is where a subscriber's time per
+message went. History and repair replies keep one envelope per message.
+
 A *probe* is an envelope with seq 0 and an 8-byte token as payload. A publisher sends one on its
 PUB socket when a subscriber asks (pubsub/io_loop.py); since it travels on the topic's own frame,
 its arrival proves that the subscriber's filter is in place at that publisher (ZeroMQ propagates
@@ -44,6 +50,7 @@ _DISPATCH_HEADER = b"\x9a\x02"  # an array of 10, then the kind
 DISPATCH_PREFIX = _DISPATCH_HEADER
 DEFAULT_PRIORITY = 4
 MAX_KEY_CHARS = 256
+MAX_RUN = 1024  # messages a coalesced frame may carry (a publisher sends at most 64)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs a microsecond more per message
@@ -77,18 +84,66 @@ class Envelope:
     @classmethod
     def decode(cls, raw: bytes, probes: bool = False) -> Envelope:
         """The envelope in `raw`; a probe (seq 0) only when `probes` is set. EnvelopeError otherwise."""
-        try:
-            v, topic, publisher, seq, sent_ns, payload = msgpack.unpackb(raw, raw=False)
-        except Exception as exc:  # wrong shape, wrong length, undecodable: all the same to us
-            raise EnvelopeError(f"not an envelope: {type(exc).__name__}") from None
-        if v != VERSION or type(v) is not int:
-            raise EnvelopeError(f"unsupported envelope version {v!r}")
-        # `type(x) is int` excludes bool; msgpack's integers are below 2**64 already
-        if not (type(topic) is str and len(topic) <= MAX_TOPIC_CHARS and type(publisher) is str
-                and type(seq) is int and (seq >= 1 or (probes and seq == 0)) and type(sent_ns) is int
-                and sent_ns >= 0 and type(payload) is bytes):
+        topic, publisher, seq, sent_ns, payload = _unpack(raw, probes)
+        if not (type(sent_ns) is int and sent_ns >= 0 and type(payload) is bytes):
             raise EnvelopeError("envelope fields have the wrong types")
         return cls(topic, publisher, seq, sent_ns, payload)
+
+
+def _unpack(raw: bytes, probes: bool) -> tuple:
+    """A published frame's fields, the ones every kind shares checked (version, topic, publisher, seq)."""
+    try:
+        v, topic, publisher, seq, sent_ns, payload = msgpack.unpackb(raw, raw=False)
+    except Exception as exc:  # wrong shape, wrong length, undecodable: all the same to us
+        raise EnvelopeError(f"not an envelope: {type(exc).__name__}") from None
+    if v != VERSION or type(v) is not int:
+        raise EnvelopeError(f"unsupported envelope version {v!r}")
+    # `type(x) is int` excludes bool; msgpack's integers are below 2**64 already
+    if not (type(topic) is str and len(topic) <= MAX_TOPIC_CHARS and type(publisher) is str
+            and type(seq) is int and (seq >= 1 or (probes and seq == 0))):
+        raise EnvelopeError("envelope fields have the wrong types")
+    return topic, publisher, seq, sent_ns, payload
+
+
+def encode_run(envs: list[Envelope], packer: msgpack.Packer | None = None) -> bytes:
+    """The frame for a run of one publisher's consecutive messages of one topic: a coalesced frame
+    [1, topic, publisher, first seq, [sent_ns...], [payload...]] (one message: its plain envelope)."""
+    if len(envs) == 1:
+        return envs[0].encode(packer)
+    first = envs[0]
+    fields = [VERSION, first.topic, first.publisher, first.seq, [e.sent_ns for e in envs], [e.payload for e in envs]]
+    return packer.pack(fields) if packer is not None else msgpack.packb(fields, use_bin_type=True)
+
+
+@dataclass(slots=True)
+class Run:
+    """A coalesced frame, decoded: one publisher's messages `seq`, `seq + 1`, ... of `topic`."""
+
+    topic: str
+    publisher: str
+    seq: int
+    sent_ns: list[int]
+    payloads: list[bytes]
+
+    def envelopes(self) -> list[Envelope]:
+        topic, publisher, seq = self.topic, self.publisher, self.seq
+        return [Envelope(topic, publisher, seq + i, t, b)
+                for i, (t, b) in enumerate(zip(self.sent_ns, self.payloads, strict=True))]
+
+
+def decode_frame(raw: bytes, probes: bool = False) -> Envelope | Run:
+    """A published frame: its envelope, or a coalesced run (`encode_run`), checked whole:
+    EnvelopeError, and nothing, when any part is wrong."""
+    topic, publisher, seq, sent_ns, payload = _unpack(raw, probes)
+    if type(payload) is bytes:
+        if not (type(sent_ns) is int and sent_ns >= 0):
+            raise EnvelopeError("envelope fields have the wrong types")
+        return Envelope(topic, publisher, seq, sent_ns, payload)
+    if not (type(payload) is list and type(sent_ns) is list and 1 < len(payload) == len(sent_ns) <= MAX_RUN
+            and seq >= 1 and all(type(t) is int and t >= 0 for t in sent_ns)
+            and all(type(b) is bytes for b in payload)):
+        raise EnvelopeError("envelope fields have the wrong types")
+    return Run(topic, publisher, seq, sent_ns, payload)
 
 
 @dataclass(slots=True)

@@ -62,6 +62,8 @@ class History:
         if env.seq != self.last_seq + 1:
             raise ValueError(f"sequence numbers must follow each other: {self.last_seq} then {env.seq}")
         self.last_seq = env.seq
+        if not self.capacity and self._floor is None and not self._items:
+            return  # nothing keeps it (what `trim` would decide), on the hot path of a plain publisher
         self._items.append(env)
         self.bytes += len(env.payload)
         self.trim(env.sent_ns)

@@ -33,7 +33,7 @@ from dht.transport import RejectLog, Reply, RpcClient, RpcServer, SocketSetup
 from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
-from pubsub.envelope import DISPATCH_PREFIX, Envelope, EnvelopeError, topic_filter
+from pubsub.envelope import DISPATCH_PREFIX, EnvelopeError, Run, decode_frame, topic_filter
 from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
 from pubsub.member import GroupMembership
@@ -86,6 +86,7 @@ class IoLoop:
         self._next_group_tick = 0.0
         self._next_policy_check = 0.0
         self.mailbox = Mailbox()
+        publishing.wake = self.mailbox.wake  # a coalesced run that did not fill is sent by us, soon
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
         self._reading: dict[zmq.Socket, bool] = {}
@@ -122,7 +123,7 @@ class IoLoop:
 
     # -- the loop --------------------------------------------------------------------------------------
     def _run(self) -> None:
-        poller = self._poller
+        poller, publishing = self._poller, self.publishing
         for sock in (self.service.socket, self.rpc.socket):
             poller.register(sock, zmq.POLLIN)
         poller.register(self.mailbox.fd, zmq.POLLIN)
@@ -137,7 +138,12 @@ class IoLoop:
                                  self._next_group_tick if self._ticking else None):
                     if deadline is not None:
                         wait = min(wait, deadline - now)
+                publishing.watched = bool(publishing.waiting)
+                if publishing.waiting:  # (read after `watched` is set: a run added since woke us)
+                    wait = 0.0  # look again in a millisecond
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
+                if publishing.waiting:
+                    publishing.send_paused(time.time_ns())
                 if self.mailbox.fd in events:
                     self.mailbox.run()
                 if self.rpc.socket in events:
@@ -213,6 +219,8 @@ class IoLoop:
             ts = on_frame(frame, mode, now())
             if ts is not None:
                 touched.add(ts)
+                if len(ts.deliveries) >= BATCH:  # a frame may carry a run of messages: count those
+                    break
         for ts in touched:
             self._flush(ts)
         for state in groups:
@@ -222,19 +230,22 @@ class IoLoop:
         """One frame from the `mode` SUB socket, checked (envelope types, topic) before any state is
         touched. Returns the topic's state when it took the message in."""
         try:
-            env = Envelope.decode(frame, probes=True)
+            env = decode_frame(frame, probes=True)
         except EnvelopeError as exc:
             self.reject_log(str(exc))
             return None
         ts = self.topics.get(env.topic)
         if ts is None or ts.mode != mode:
             return None  # a prefix match on a topic we do not follow (or no longer)
-        if env.is_probe:
+        if type(env) is Run:
+            ts.on_run(env, recv_ns)
+        elif env.is_probe:
             st = ts.streams.get(env.publisher)
             if st is not None and not st.confirmed and st.see_probe(env.token):
                 self.confirmations.seen(ts, st)
             return None
-        ts.on_message(env, recv_ns)
+        else:
+            ts.on_message(env, recv_ns)
         return ts
 
     def _flush(self, ts: TopicState) -> None:

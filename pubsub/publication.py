@@ -41,6 +41,9 @@ class Publication:
     sent: int = 0
     seq: int = 0  # the last sequence number given (journaled messages reach the history a moment later)
     journaled: bool = False  # messages go to the client's data directory before they are sent
+    pending: list[Envelope] = field(default_factory=list, repr=False)  # stamped, to go out in one frame
+    pending_bytes: int = 0  # their payloads' size
+    last_published_ns: int = 0  # when the last message was stamped (coalescing starts at a fast pace)
 
     def __post_init__(self) -> None:
         check_mode(self.mode)

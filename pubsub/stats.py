@@ -46,6 +46,19 @@ class LatencyHistogram:
         i = int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0
         self.counts[i if i < _BUCKETS else _BUCKETS - 1] += 1
 
+    def add_many(self, values: list[float]) -> None:
+        """`add` each of `values` (a coalesced run's latencies: one call, the loop kept local)."""
+        counts, last = self.counts, _BUCKETS - 1
+        for ms in values:
+            i = int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0
+            counts[i if i < last else last] += 1
+        self.count += len(values)
+        low, high = min(values), max(values)
+        if low < self.min:
+            self.min = low
+        if high > self.max:
+            self.max = high
+
     def quantile(self, q: float) -> float | None:
         """The q-quantile (0..1) to within a bucket's width (2%), clamped to the exact min and max."""
         if self.count == 0:
@@ -95,6 +108,14 @@ class SeqWindow:
             while self.prefix + 1 in self.above:
                 self.prefix += 1
                 self.above.discard(self.prefix)
+        return True
+
+    def take_run(self, first: int, n: int) -> bool:
+        """Record `first`..`first + n - 1` at once when they are the next in order and nothing above
+        is held (the common case); False, recording nothing, otherwise (the caller adds them one by one)."""
+        if first != self.prefix + 1 or self.above:
+            return False
+        self.prefix = self.highest = first + n - 1
         return True
 
     def owe_from(self, first: int) -> None:

@@ -5,7 +5,8 @@ It subscribes to the publisher's PUB socket and republishes on its own; the publ
 names the link's endpoint instead of its own (`publisher.publishing.endpoint = link.endpoint`
 before `advertise`), so subscribers connect through it. It drops each message with probability
 `rate`, every seq in `drop_run`, and everything while `cut` is set; probes always pass (they are
-how a subscriber knows its filter is in place).
+how a subscriber knows its filter is in place). A coalesced run is judged message by message, and
+what passes goes on as single messages.
 
 `TcpForward` moves a TCP port's bytes to another and back (a ZeroMQ request socket behind it does not
 notice), and can `hold` them: with a LossyLink, a network between a publisher and its subscribers
@@ -21,7 +22,7 @@ import threading
 
 import zmq
 
-from pubsub.envelope import Envelope, topic_filter
+from pubsub.envelope import Envelope, Run, decode_frame, topic_filter
 
 
 class LossyLink:
@@ -61,17 +62,23 @@ class LossyLink:
                     frame = self.sub.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                seq = Envelope.decode(frame, probes=True).seq
-                if self.cut:
-                    if seq:
-                        self.dropped.add(seq)
-                    continue
-                if seq and (seq in self.drop_run or self.rng.random() < self.rate):
-                    self.dropped.add(seq)
-                    continue
-                self.passed += 1
-                self.last_passed = max(self.last_passed, seq)
-                self.pub.send(frame)
+                decoded = decode_frame(frame, probes=True)
+                for env in decoded.envelopes() if isinstance(decoded, Run) else [decoded]:
+                    self._pass(env)
+
+    def _pass(self, env: Envelope) -> None:
+        """Let one message through, or drop it (a coalesced run is judged message by message)."""
+        seq = env.seq
+        if self.cut:
+            if seq:
+                self.dropped.add(seq)
+            return
+        if seq and (seq in self.drop_run or self.rng.random() < self.rate):
+            self.dropped.add(seq)
+            return
+        self.passed += 1
+        self.last_passed = max(self.last_passed, seq)
+        self.pub.send(env.encode())
 
     def close(self) -> None:
         self.stop.set()

@@ -2,10 +2,12 @@
 flat however much it is sent (README, "A subscriber slower than its publishers is told").
 
 Three limits take the strain, each tested here with its feature's line named:
-- the high-water marks (publisher's SNDHWM and subscriber's RCVHWM, 10,000 each): an application that
-  holds the io loop loses what overflows them; the gap is counted in `lost`/`gaps` when the next
-  message shows it, and a warning says so once a heartbeat with the loss since the last one. To see
-  it fail, remove the warning in `IoLoop._beat`, or make `SeqWindow.add` report no gaps;
+- the high-water marks (publisher's SNDHWM, 10,000 frames, and subscriber's RCVHWM, here 1000): an
+  application that holds the io loop loses what overflows them (a frame carries a run of up to 64
+  messages or 4 KiB when the publisher sends fast: 5 of these 1 kB messages); the gap is counted in
+  `lost`/`gaps` when the next message shows it, and a warning says so once a heartbeat with the loss
+  since the last one. To see it fail, remove the warning in `IoLoop._beat`, or make `SeqWindow.add`
+  report no gaps;
 - the subscription's `pending_limit`: an application that never takes its messages has what exceeds
   it dropped, counted in `dropped` and warned of. To see it fail, make `Subscription.deliver` keep
   every message (`room = len(messages)`): the count stays 0 and the process grows by the whole stream.
@@ -29,7 +31,8 @@ from chordpub.launcher import stop_processes, wait_for
 from tests.conftest import start_module_ring
 
 HB = 0.2
-PAYLOAD = b"x" * 1000  # 1 kB: the high-water marks and the socket buffers overflow within 60,000 messages
+PAYLOAD = b"x" * 1000  # 1 kB
+BURST = 150_000  # 1 kB messages: more than the high-water marks' 11,000 frames of 5 and the socket buffers
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def test_a_subscriber_that_holds_its_loop_loses_at_the_high_water_marks_counts_i
         seen.append(msg.seq)
         gate.wait(60)  # the application holds the io loop until the test lets it go
 
-    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as subscriber, \
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB, receive_hwm=1000) as subscriber, \
             caplog.at_level(logging.WARNING, logger="pubsub.io_loop"):
         sub = subscriber.subscribe("slow", callback=slow)
         last = 0
@@ -69,7 +72,7 @@ def test_a_subscriber_that_holds_its_loop_loses_at_the_high_water_marks_counts_i
             gate.clear()
             last = publisher.publish("slow", PAYLOAD)  # the loop takes this one and stays in the callback
             wait_for(lambda n=last: seen and seen[-1] == n, 30, what="the callback holding the loop")
-            for _ in range(60_000):
+            for _ in range(BURST):
                 last = publisher.publish("slow", PAYLOAD)
             gate.set()
             wait_for(settled, 60, interval=0.2, what="the newest message after the burst")
