@@ -6,7 +6,8 @@ A 2-node ring on loopback; a publishing Client sends 100-byte messages as fast a
 process, to one subscribing Client (callback) in another, until the subscriber has seen --messages
 of them (received, or known lost: a subscriber slower than its publisher loses messages at the
 publishers' high-water mark, and says how many). The subscriber prints its RSS (/proc/self/statm)
-and the subscription's latency p50/p99 when it has seen 10^6 and --messages messages; growth is the
+and the subscription's latency p50/p99 (its own figure: send to the frame leaving its socket)
+when it has seen 10^6 and --messages messages; growth is the
 RSS at the end less the RSS at 10^6. Baseline, same run: bare pyzmq PUB -> SUB for the same count,
 whose subscriber keeps nothing at all (its growth is the floor).
 Goal: the subscriber's growth <= 50 MB.

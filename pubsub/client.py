@@ -330,12 +330,13 @@ class Client:
 
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
-                  callback: Callable[[Message], None] | None = None, timeout: float | None = None,
+                  callback: Callable[[Message], None] | Callable[[list[Message]], None] | None = None,
+                  timeout: float | None = None,
                   pending_limit: int = PENDING_LIMIT, durable: str | bool | None = None,
                   auto_commit: bool = True, history_policy: str = "at_least", group: str | None = None,
                   prefetch: int = DEFAULT_PREFETCH, ack_wait: float = DEFAULT_ACK_WAIT,
                   max_deliver: int = DEFAULT_MAX_DELIVER, ordering: str = "none",
-                  auto_ack: bool = True) -> Subscription:
+                  auto_ack: bool = True, batch: bool = False) -> Subscription:
         """Follow `topic` from every publisher. Returns once each publisher known now has our
         subscription in place, so nothing published after this returns is missed; a publisher that
         appears later is connected as soon as the topic's owner tells us of it.
@@ -347,6 +348,9 @@ class Client:
         no duplicates, gaps repaired from its history, what it no longer holds dead-lettered;
         `callback(message)`: run for each message on the client's io thread, in order (or on its
         callback thread, with `callback_thread=True`); without one, use `get()` or iterate;
+        `batch=True`: the callback takes a list instead, the messages that arrived together (one
+        call for a publisher's coalesced run or a repaired gap), in order; if it raises, each of
+        the list is dead-lettered;
         `pending_limit`: messages waiting for the application at most; `durable`: a name under which
         the client's data directory keeps, per publisher, the position the application committed
         (implies `reliable`): a client restarted with the same data directory and name resumes
@@ -368,7 +372,11 @@ class Client:
         self._check_open()
         check_topic(topic)
         check_mode(mode)
+        if batch and callback is None:
+            raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
         if group is not None:
+            if batch:
+                raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
             return join_group(self, topic, group, mode, callback, timeout, pending_limit, durable, history,
                               reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
         if isinstance(durable, bool):
@@ -395,7 +403,8 @@ class Client:
             if callback is not None and self._callback_thread and self._dispatcher is None:
                 self._dispatcher = Dispatcher(self.id)
             handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher, pending_limit,
-                                  wake=self.io.wake, positions=positions, on_dead_letter=self._dead_letter)
+                                  wake=self.io.wake, positions=positions, on_dead_letter=self._dead_letter,
+                                  batch=batch)
             self._subscriptions[topic] = handle
         wait = self.timeout if timeout is None else timeout
         ready: Future = Future()

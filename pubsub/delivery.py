@@ -45,8 +45,10 @@ class Subscription:
                  callback: Callable[[Message], None] | None = None, dispatcher: Dispatcher | None = None,
                  pending_limit: int = PENDING_LIMIT, wake: Callable[[], None] | None = None,
                  positions: Positions | None = None,
-                 on_dead_letter: Callable[[DeadLetter], None] | None = None) -> None:
+                 on_dead_letter: Callable[[DeadLetter], None] | None = None, batch: bool = False) -> None:
+        """`batch`: the callback takes a list, the messages that arrived together, in order."""
         self.topic = topic
+        self.batch = batch
         self.positions = positions  # a durable subscription's
         self._on_dead_letter = on_dead_letter
         self._taken: Message | None = None  # the last message get() returned (committed on the next)
@@ -221,6 +223,8 @@ class Subscription:
 def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
     """Run `sub`'s callback on each message in order (one that raises: `Subscription.failed`).
     Returns how many raised."""
+    if sub.batch:
+        return _run_batch_callback(sub, messages)
     errors, done = 0, 0
     for i, msg in enumerate(messages):
         if not sub.active:
@@ -239,6 +243,22 @@ def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
     if done < len(messages):
         sub.called_back(messages[done:])
     return errors
+
+
+def _run_batch_callback(sub: Subscription, messages: list[Message]) -> int:
+    """A callback that takes a list: one call for `messages`. When it raises, every one of them is the
+    callback's failure (dead-lettered with its payload): which ones it had done, only it knows."""
+    if not sub.active:
+        return 0
+    try:
+        sub.callback(messages)  # type: ignore[misc]
+    except Exception as exc:
+        for msg in messages:
+            sub.failed(msg, exc)
+        sub.called_back(messages)
+        return len(messages)
+    sub.called_back(messages)
+    return 0
 
 
 class Dispatcher:

@@ -270,3 +270,30 @@ def test_publish_many_sends_the_same_messages_in_order_and_nothing_on_a_bad_payl
     assert [m.payload for m in got[1:2501]] == [f"m{i}".encode() for i in range(2, 2502)] and got[-1].payload == b"last"
     assert [m.payload for m in journal_got] == [b"j%d" % i for i in range(1, 3001)]
     assert sorted(m.seq for m in done) == list(range(1, 2503)), "the group's copy of each"
+
+
+def test_a_batch_callback_gets_lists_in_order_and_a_raising_one_dead_letters_its_list(ring):
+    """`batch=True`: one call per list of messages that arrived together (a flood arrives in the
+    publisher's coalesced runs, so lists longer than one), every message once, in order; a call that
+    raises sends each message of its list to the dead-letter queue, and the next list still comes."""
+    via = ring.nodes[0].endpoint
+    lists: list[list[int]] = []
+    letters = []
+
+    def take(batch: list[Message]) -> None:
+        lists.append([m.seq for m in batch])
+        if len(lists) == 2:
+            raise RuntimeError("the application's bug")
+
+    with Client(via) as publisher, Client(via, on_dead_letter=letters.append) as subscriber:
+        with pytest.raises(ValueError, match="batch=True"):
+            subscriber.subscribe("listed", batch=True)
+        with pytest.raises(ValueError, match="plain subscriptions"):
+            subscriber.subscribe("listed", batch=True, callback=take, group="g")
+        subscriber.subscribe("listed", reliable=True, callback=take, batch=True)
+        publisher.publish_many("listed", [b"%d" % i for i in range(5000)])
+        wait_for(lambda: sum(map(len, lists)) == 5000, 30, what="every message in some list")
+        seqs = [s for batch in lists for s in batch]
+        assert seqs == list(range(1, 5001)) and max(map(len, lists)) > 1
+        wait_for(lambda: len(letters) == len(lists[1]), 10, what="the raising call's list dead-lettered")
+        assert [d.from_seq for d in letters] == lists[1] and all(d.payload for d in letters)
