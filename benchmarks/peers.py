@@ -217,6 +217,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated workloads to run (default: all)")
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a subscriber waits at most")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout instead of the table")
+    ap.add_argument("--png", type=Path, help="also draw the figures (throughput and p50 by workload) to this file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a terminated run still stops its servers
     chosen = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
@@ -239,6 +240,32 @@ def main() -> None:
         print(json.dumps({"rows": rows, "messages": args.messages, "fan": args.fan, "topics": args.topics}))
     else:
         show(rows)
+    if args.png:
+        draw(rows, args.png)
+        print(f"figure: {args.png}", file=sys.stderr)
+
+
+def draw(rows: list[dict], path: Path) -> None:
+    """Two panels, one bar per system in each workload: messages per second delivered (log scale),
+    and p50 latency at the application where it was measured."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    systems = sorted({r["system"] for r in rows}, key=lambda s: (not s.startswith("chordpub"), s))
+    for ax, key, label in zip(fig.subplots(1, 2), ("msg_per_s", "p50_ms"),
+                              ("messages/s delivered (log)", "p50 latency at the application, ms"), strict=True):
+        workloads = [w for w in WORKLOADS if any(r["workload"] == w and r.get(key) for r in rows)]
+        width = 0.8 / max(len(systems), 1)
+        for j, system in enumerate(systems):
+            values = [next((r.get(key) or 0 for r in rows if r["workload"] == w and r["system"] == system), 0)
+                      for w in workloads]
+            ax.bar(np.arange(len(workloads)) + j * width, values, width, label=system)
+        ax.set_xticks(np.arange(len(workloads)) + 0.4 - width / 2, workloads)
+        ax.set_ylabel(label)
+        if key == "msg_per_s":
+            ax.set_yscale("log")
+    fig.axes[0].legend(fontsize=7)
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

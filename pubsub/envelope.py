@@ -19,7 +19,7 @@ in dispatch frames; the plain frame stays as it is.
 
 A publisher sending faster than one message per COALESCE_GAP_NS coalesces a run of consecutive
 messages of one topic into one frame, [1, topic, publisher, first seq, [sent_ns...], [payload...]]
-(`encode_run`; pubsub/publishing.py decides): the same header and topic, so the same prefix selects
+(`encode_run`; pubsub/coalescing.py decides when): the same header and topic, so the same prefix selects
 it, and one frame and one decode carry up to 64 messages, which is where a subscriber's time per
 message went. History and repair replies keep one envelope per message.
 

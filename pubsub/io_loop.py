@@ -86,7 +86,7 @@ class IoLoop:
         self._next_group_tick = 0.0
         self._next_policy_check = 0.0
         self.mailbox = Mailbox()
-        publishing.wake = self.mailbox.wake  # a coalesced run that did not fill is sent by us, soon
+        publishing.runs.wake = self.mailbox.wake  # a coalesced run that did not fill is sent by us, soon
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
         self._reading: dict[zmq.Socket, bool] = {}
@@ -138,11 +138,12 @@ class IoLoop:
                                  self._next_group_tick if self._ticking else None):
                     if deadline is not None:
                         wait = min(wait, deadline - now)
-                publishing.watched = bool(publishing.waiting)
-                if publishing.waiting:  # (read after `watched` is set: a run added since woke us)
+                runs = publishing.runs
+                runs.watched = bool(runs.waiting)
+                if runs.waiting:  # (read after `watched` is set: a run added since woke us)
                     wait = 0.0  # look again in a millisecond
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
-                if publishing.waiting:
+                if runs.waiting:
                     publishing.send_paused(time.time_ns())
                 if self.mailbox.fd in events:
                     self.mailbox.run()

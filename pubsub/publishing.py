@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import msgpack
 import zmq
@@ -30,8 +29,9 @@ from dht import wire
 from dht.gate import Denials, Gate
 from dht.policy import PolicyFile, refusal
 from dht.transport import SocketSetup, bind_port, rebind_port
+from pubsub.coalescing import Coalescer
 from pubsub.durable import DataDir
-from pubsub.envelope import DEFAULT_PRIORITY, MAX_TOPIC_CHARS, Envelope, encode_run, topic_filter
+from pubsub.envelope import DEFAULT_PRIORITY, MAX_TOPIC_CHARS, Envelope, topic_filter
 from pubsub.groups import PublisherGroups
 from pubsub.journal import Journal
 from pubsub.links import Connections, Pointers
@@ -50,16 +50,6 @@ def check_topic(topic: str) -> str:
 
 
 PUBLISH_MANY_CHUNK = 1000  # messages publish_many sends under the lock at a time
-# Coalescing: a message published within COALESCE_GAP_NS of the topic's previous one waits, with the
-# ones after it, to go out in one frame (pubsub/envelope.py, `encode_run`) of at most COALESCE_MAX
-# messages or COALESCE_BYTES of payload, or once its run is COALESCE_AGE_NS old: sent by the next
-# publish, or by the io loop when the publisher has stopped (the io loop looks every millisecond
-# while a run waits). A message published after a pause goes out at once, so a paced publisher's
-# latency is unchanged, and a flood costs one send and one decode per run, not per message.
-COALESCE_GAP_NS = 100_000
-COALESCE_AGE_NS = 500_000
-COALESCE_MAX = 64
-COALESCE_BYTES = 4 * 1024
 WILDCARDS = "*#>+"  # what MQTT, NATS and AMQP subscribers would take for wildcards
 
 
@@ -96,9 +86,7 @@ class PublishingSide:
         self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
         self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
         self.groups = PublisherGroups(client_id, data, self.publications, self._send_direct)
-        self.waiting: dict[str, Publication] = {}  # publications with a run pending (read unlocked by the io loop)
-        self.wake: Callable[[], None] = lambda: None  # the io loop's, to send a run that did not fill
-        self.watched = False  # the io loop is looking at `waiting` every millisecond: no need to wake it
+        self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer)
 
     def _send_direct(self, frame: bytes) -> None:
         if self.direct is not None:
@@ -183,47 +171,17 @@ class PublishingSide:
             if pub.journaled:
                 self.journal.put(pub, env)  # type: ignore[union-attr]
                 return env
-            self._send(pub, env, now)
+            self.runs.send(pub, env, now)
             if self.groups.groups:
                 self.groups.offer(env)
         return env
 
-    def _send(self, pub: Publication, env: Envelope, now: int) -> None:
-        """Send `env` now, or add it to its publication's run (the caller holds the lock)."""
-        pending, since = pub.pending, now - pub.last_published_ns
-        pub.last_published_ns = now
-        if not pending and since >= COALESCE_GAP_NS:
-            (self.direct if pub.mode == "direct" else self.relay).send(env.encode(self._packer))  # type: ignore[union-attr]
-            return
-        pending.append(env)
-        pub.pending_bytes += len(env.payload)
-        if (len(pending) >= COALESCE_MAX or pub.pending_bytes >= COALESCE_BYTES
-                or now - pending[0].sent_ns >= COALESCE_AGE_NS):
-            self._send_run(pub)
-        elif len(pending) == 1:
-            self.waiting[pub.topic] = pub
-            if not self.watched:
-                self.wake()
-
-    def _send_run(self, pub: Publication) -> None:
-        run, pub.pending, pub.pending_bytes = pub.pending, [], 0
-        self.waiting.pop(pub.topic, None)
-        sock = self.direct if pub.mode == "direct" else self.relay
-        if run and sock is not None:
-            sock.send(encode_run(run, self._packer))
-
     def send_paused(self, now: int) -> None:
         """Send the runs whose publisher has paused (the io loop, every millisecond while runs wait);
-        a publisher that goes on sends its own when they fill or age."""
-        if any(now - pub.last_published_ns >= COALESCE_GAP_NS for pub in list(self.waiting.values())):
+        a publisher that goes on sends its own when they fill or age (pubsub/coalescing.py)."""
+        if self.runs.paused(now):
             with self.lock:
-                for pub in list(self.waiting.values()):
-                    if now - pub.last_published_ns >= COALESCE_GAP_NS:
-                        self._send_run(pub)
-
-    def _send_all_waiting(self) -> None:
-        for pub in list(self.waiting.values()):
-            self._send_run(pub)
+                self.runs.send_paused(now)
 
     def publish_many(self, topic: str, payloads: list[bytes], key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:
@@ -242,14 +200,14 @@ class PublishingSide:
                         put(pub, stamp(payload, now(), key, priority))
                     last = pub.seq
                     continue
-                send, offer = self._send, self.groups.offer if self.groups.groups else None
+                send, offer = self.runs.send, self.groups.offer if self.groups.groups else None
                 for payload in payloads[start:start + PUBLISH_MANY_CHUNK]:
                     t = now()
                     env = stamp(payload, t, key, priority)
                     send(pub, env, t)
                     if offer is not None:
                         offer(env)
-                self._send_run(pub)  # the caller handed us all it had: nothing waits for more
+                self.runs.send_run(pub)  # the caller handed us all it had: nothing waits for more
                 last = pub.seq
         return last
 
@@ -306,7 +264,7 @@ class PublishingSide:
         with self.lock:
             if self._gate is not None:
                 self.drain_filters()  # under a policy, what the asker subscribed is applied here first
-            self._send_all_waiting()  # what was published before the probe goes out before it
+            self.runs.send_all()  # what was published before the probe goes out before it
             self._probe_token += 1
             for topic in topics:
                 pub = self.publications.get(topic)
@@ -395,7 +353,7 @@ class PublishingSide:
         with self.lock:
             pub = self.publications.get(topic)
             if pub is not None and pub.pending:
-                self._send_run(pub)  # what the reply names as sent has been
+                self.runs.send_run(pub)  # what the reply names as sent has been
             return None if pub is None else pub.serve(op, count, lo, hi)
 
     def follow_relay(self, topic: str, endpoint: str | None) -> None:
@@ -407,7 +365,7 @@ class PublishingSide:
         with self.lock:
             pub = self.publications.get(topic)
             if pub is not None:
-                self._send_run(pub)
+                self.runs.send_run(pub)
         self.follow_relay(topic, None)
         with self.lock:
             return self.publications.pop(topic, None)
@@ -416,7 +374,7 @@ class PublishingSide:
         if self.journal is not None:
             self.journal.stop()
         with self.lock:
-            self._send_all_waiting()
+            self.runs.send_all()
             for sock in (self.direct, self.relay):
                 if sock is not None:
                     sock.close()

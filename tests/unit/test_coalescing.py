@@ -3,7 +3,7 @@ exactly as it would take its messages one by one (pubsub/envelope.py, publishing
 
 To see these fail: make `decode_frame` accept runs of unequal lengths, or `TopicState.on_run` take
 a run whole without checking it is next in order (the gap tests then deliver without counting), or
-`PublishingSide._send` coalesce after a pause (the paced message then waits for the io loop)."""
+`Coalescer.send` coalesce after a pause (the paced message then waits for the io loop)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import pytest
 import zmq
 
 from chordpub.launcher import wait_for
+from pubsub.coalescing import COALESCE_BYTES, COALESCE_GAP_NS, COALESCE_MAX
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import MAX_RUN, Envelope, EnvelopeError, Run, decode_frame, encode_run, topic_filter
 from pubsub.publication import Publication
-from pubsub.publishing import COALESCE_BYTES, COALESCE_GAP_NS, COALESCE_MAX, PublishingSide
+from pubsub.publishing import PublishingSide
 from pubsub.subscription import TopicState
 
 A = PublisherEntry("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1")
@@ -137,7 +138,7 @@ def received(sub: zmq.Socket, count: int) -> list[Envelope | Run]:
 def test_a_flood_goes_out_in_runs_and_a_message_after_a_pause_alone(publishing):
     side, sub = publishing
     woken = []
-    side.wake = lambda: woken.append(1)  # (no io loop here: the test does what it would do)
+    side.runs.wake = lambda: woken.append(1)  # (no io loop here: the test does what it would do)
     for i in range(1000):
         side.publish("t", b"%d" % i)
     side.send_paused(10**20)
@@ -150,12 +151,12 @@ def test_a_flood_goes_out_in_runs_and_a_message_after_a_pause_alone(publishing):
              interval=0.001, what="a pause")
     side.publish("t", b"after a pause")
     (alone,) = received(sub, 1)
-    assert isinstance(alone, Envelope) and alone.seq == 1001 and not side.waiting, "sent at once, not held"
+    assert isinstance(alone, Envelope) and alone.seq == 1001 and not side.runs.waiting, "sent at once, not held"
 
 
 def test_a_run_is_cut_at_its_byte_bound(publishing):
     side, sub = publishing
-    side.wake = lambda: None
+    side.runs.wake = lambda: None
     big = b"x" * (COALESCE_BYTES // 4)
     for _ in range(8):
         side.publish("t", big)
