@@ -246,27 +246,33 @@ def main() -> None:
 
 
 def draw(rows: list[dict], path: Path) -> None:
-    """Two panels, one bar per system in each workload: messages per second delivered (log scale),
-    and p50 latency at the application where it was measured."""
+    """Two panels, a group of bars per workload, one bar per system measured in it: messages per
+    second delivered (log scale), and p50 latency where the application got the message."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     systems = sorted({r["system"] for r in rows}, key=lambda s: (not s.startswith("chordpub"), s))
+    colour = {s: f"C{i}" for i, s in enumerate(systems)}
     for ax, key, label in zip(fig.subplots(1, 2), ("msg_per_s", "p50_ms"),
                               ("messages/s delivered (log)", "p50 latency at the application, ms"), strict=True):
-        workloads = [w for w in WORKLOADS if any(r["workload"] == w and r.get(key) for r in rows)]
-        width = 0.8 / max(len(systems), 1)
-        for j, system in enumerate(systems):
-            values = [next((r.get(key) or 0 for r in rows if r["workload"] == w and r["system"] == system), 0)
-                      for w in workloads]
-            ax.bar(np.arange(len(workloads)) + j * width, values, width, label=system)
-        ax.set_xticks(np.arange(len(workloads)) + 0.4 - width / 2, workloads)
+        x, ticks, names = 0.0, [], []
+        for workload in WORKLOADS:
+            group = [r for r in rows if r["workload"] == workload and r.get(key)]
+            for r in group:
+                ax.bar(x, r[key], 0.8, color=colour[r["system"]], label=r["system"])
+                x += 1
+            if group:
+                ticks.append(x - (len(group) + 1) / 2)
+                names.append(workload)
+                x += 0.8
+        ax.set_xticks(ticks, names)
         ax.set_ylabel(label)
         if key == "msg_per_s":
             ax.set_yscale("log")
-    fig.axes[0].legend(fontsize=7)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    fig.legend(unique.values(), unique.keys(), loc="outside right upper", fontsize=8)
     fig.savefig(path, dpi=110)
-
 
 if __name__ == "__main__":
     main()

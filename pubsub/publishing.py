@@ -212,22 +212,26 @@ class PublishingSide:
         return last
 
     def _send_journaled(self, batch: list[tuple[Publication, Envelope]]) -> dict[str, int]:
-        """The journal wrote `batch`: send it and retain it; returns where retention now starts, for
-        the topics where that moved."""
+        """The journal wrote `batch`: send it (in runs: it came at once) and retain it; returns where
+        retention now starts, for the topics where that moved."""
         moved: dict[str, int] = {}
+        sent: dict[str, Publication] = {}
         with self.lock:
-            packer = self._packer
+            now = time.time_ns()
             for pub, env in batch:
                 sock = self.direct if pub.mode == "direct" else self.relay
                 if sock is None:
                     continue  # closing
-                sock.send(env.encode(packer))
+                self.runs.send(pub, env, now)
+                sent[pub.topic] = pub
                 first = pub.history.first_seq
                 pub.retain(env)
                 if self.groups.groups:
                     self.groups.offer(env)
                 if pub.history.first_seq != first:
                     moved[pub.topic] = pub.history.first_seq
+            for pub in sent.values():
+                self.runs.send_run(pub)  # nothing more of this batch is coming
         return moved
 
     def ack(self, items: list[tuple[str, str, int]]) -> int:
