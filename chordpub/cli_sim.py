@@ -101,6 +101,9 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
                 iterative: bool = typer.Option(False, "--iterative", help="Latency as the live client sees it: "
                                                "round trips from the origin to each node asked (default: "
                                                "recursive, each node forwards to the next)."),
+                prs: bool = typer.Option(False, "--prs", help="Proximity route selection for the last hop: a "
+                                         "node whose successor list holds the owner names it at once. The same "
+                                         "lookups are also routed without it, for comparison."),
                 seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
     """Build a converged ring and route lookups on it: hops, latency, stretch, speed, memory.
 
@@ -134,7 +137,7 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     t1 = time.perf_counter()
     with progress_bar(f"{lookups:,} lookups on {nodes:,} nodes", lookups) as update:
         batch = run_lookups(ring, lookups, seed=None if seed is None else seed + 1, fingers=fingers,
-                            latency=model, iterative=iterative, progress=update)
+                            latency=model, iterative=iterative, prs=prs, progress=update)
     lookup_s = time.perf_counter() - t1
     lat = np.percentile(batch.latency_ms, [50, 99])
     result = {"nodes": nodes, "lookups": lookups, **_hops_summary(batch.hops), "build_s": round(build_s, 4),
@@ -142,7 +145,7 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
               "virtual": virtual, "bits": bits, "successors": successors,
               "lookups_per_s": round(lookups / lookup_s), "latency_p50_ms": float(lat[0]),
               "latency_p99_ms": float(lat[1]), "topology": topology or "lognormal,median=50,sigma=0.5",
-              "pns": pns, "routing": "iterative" if iterative else "recursive",
+              "pns": pns, "prs": prs, "routing": "iterative" if iterative else "recursive",
               **stretch_summary(stretch(ring, batch, model, iterative)),
               **stretch_summary(stretch(ring, batch, model, iterative, reached=True), "stretch_reached")}
     if pns > 1:
@@ -155,10 +158,17 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
                        "plain_latency_p50_ms": plain_p50,
                        **{f"plain_{k}": v for k, v in plain_stretch.items() if not k.endswith("_excluded")},
                        "latency_p50_reduction": 1 - float(lat[0]) / plain_p50 if plain_p50 > 0 else 0.0})
+    if prs:
+        alone = run_lookups(ring, lookups, keys=batch.keys, origins=batch.origins, fingers=fingers, latency=model,
+                            iterative=iterative)
+        without = {**stretch_summary(stretch(ring, alone, model, iterative)),
+                   **stretch_summary(stretch(ring, alone, model, iterative, reached=True), "stretch_reached")}
+        result.update({"without_prs_mean_hops": float(alone.hops.mean()),
+                       **{f"without_prs_{k}": v for k, v in without.items() if not k.endswith("_excluded")}})
     if out:
         run_dir = start_run(out, {"command": "sim lookups", **{k: result[k] for k in
                                   ("nodes", "lookups", "virtual", "bits", "successors", "topology", "pns",
-                                   "routing")}, "seed": seed})
+                                   "prs", "routing")}, "seed": seed})
         write_lookups(run_dir, "sim", out.name, nodes, trace_of(ring, batch))
         result["run"] = str(run_dir)
     lines = [f"{nodes:,} nodes, {lookups:,} lookups: mean {result['mean_hops']:.3f} hops "
@@ -173,6 +183,12 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
                      f"named {_fmt(result['stretch_p50'])} vs {_fmt(result['plain_stretch_p50'])}, "
                      f"latency p50 {lat[0]:.1f} vs {result['plain_latency_p50_ms']:.1f} ms "
                      f"({result['latency_p50_reduction']:.0%} lower)")
+    if prs:
+        without = f"PNS({pns}) alone" if pns > 1 else "plain Chord"
+        lines.append(f"with PRS vs {without} on the same lookups: stretch p50 owner reached "
+                     f"{_fmt(result['stretch_reached_p50'])} vs {_fmt(result['without_prs_stretch_reached_p50'])}, "
+                     f"owner named {_fmt(result['stretch_p50'])} vs {_fmt(result['without_prs_stretch_p50'])}; "
+                     f"mean hops {result['mean_hops']:.3f} vs {result['without_prs_mean_hops']:.3f}")
     emit(result, as_json, lines)
 
 

@@ -84,6 +84,9 @@ class Stream:
         self.held: list[tuple[Envelope, int]] = []  # best effort: (live message, recv_ns) while catching up
         self.fetching = False  # a history/repair fetch in flight (one at a time per stream)
         self.expected_at_beat = 0
+        self.live_high = 0  # the highest seq that came live: the ordered stream has passed what is below
+        self.stalled = False  # reliable: the fetch in flight was asked because nothing came for a beat
+        self.unretained_to = 0  # reliable: the publisher holds nothing up to here (what is missing waits)
         self.probe_token: int | None = None  # the token the publisher promised for our probe
         self.probe_seen = -1  # the highest probe token that reached us
         self.confirmed = False  # a probe proved our subscription is in place at this publisher
@@ -222,6 +225,8 @@ class TopicState:
     def on_message(self, env: Envelope, recv_ns: int) -> None:
         """A live message of this topic from the SUB socket (already checked: well formed, our topic)."""
         st = self.streams.get(env.publisher) or self.departed.get(env.publisher)
+        if st is not None and env.seq > st.live_high:
+            st.live_high = env.seq
         if st is None:
             if env.publisher not in self.unmatched and self._stranger_count < STRANGER_LIMIT:
                 self.strangers.setdefault(env.publisher, []).append((env, recv_ns))
@@ -239,6 +244,8 @@ class TopicState:
         case, the next ones of a stream delivering in order, is taken whole; anything else message
         by message, exactly as `on_message` would."""
         st, n, seq = self.streams.get(run.publisher), len(run.payloads), run.seq
+        if st is not None and seq + n - 1 > st.live_high:
+            st.live_high = seq + n - 1
         if st is None or st.catching_up or seq <= st.handed_before or (
                 self._leader is not None and self._leader != st.entry.id) or not self._take_run(st, seq, n):
             for env in run.envelopes():
@@ -302,7 +309,11 @@ class TopicState:
                 gap_to = first - 1 if hi is None else min(first - 1, hi)
                 why = ("no longer retained by the publisher" if st.entry.repair else
                        "the publisher is gone and its archive does not hold them (beyond its retention bounds)")
-                self._dead_letter(st, st.expected, gap_to, why, recv_ns)
+                # what the live stream has not passed yet may still be on its way (sent before this
+                # reply, on another connection): given up once the stream passes it, or stalls a beat
+                st.unretained_to = max(st.unretained_to, gap_to)
+                self._give_up(st, gap_to if st.stalled else min(gap_to, st.live_high), why, recv_ns)
+            st.stalled = False
             self._drain(st, recv_ns)
         else:
             for env in got:
@@ -322,7 +333,7 @@ class TopicState:
                 self._accept(st, env, False, held_ns)
         if self.reliable and st.buffer:
             lowest = min(st.buffer)
-            if lowest > st.expected:
+            if lowest > st.expected and st.unretained_to < lowest - 1:  # (what is not held: the next beat)
                 self._fetch(st, st.expected, lowest - 1)
 
     def tail_check(self, st: Stream) -> bool:
@@ -334,6 +345,7 @@ class TopicState:
 
     def on_tail(self, st: Stream, body: dict) -> None:
         if _uint(body.get("last")) >= st.expected and not st.fetching:
+            st.stalled = True  # nothing came for a beat: what the publisher no longer holds is lost
             self._fetch(st, st.expected, None)
 
     # -- delivery ---------------------------------------------------------------------------------------
@@ -377,6 +389,16 @@ class TopicState:
         self.stats.recovered += recovered
         self.stats.latency.add(msg.latency_ms)
         self.deliveries.append(msg)
+
+    def _give_up(self, st: Stream, hi: int, reason: str, now_ns: int) -> None:
+        """Dead-letter what is missing from `st.expected` to `hi`, delivering what is held between in
+        its turn (it came live while the repair was asked)."""
+        for seq in sorted(s for s in st.buffer if s <= hi):
+            if seq > st.expected:
+                self._dead_letter(st, st.expected, seq - 1, reason, now_ns)
+            self._drain(st, now_ns)
+        if st.expected <= hi:
+            self._dead_letter(st, st.expected, hi, reason, now_ns)
 
     def _dead_letter(self, st: Stream, lo: int, hi: int, reason: str, now_ns: int) -> None:
         if hi < lo:

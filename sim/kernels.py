@@ -195,10 +195,20 @@ def _known(dead, count, pos):
     return False
 
 
+@njit(cache=True, inline="always")
+def listed_owner(c, before, n, r):
+    """The owner's position (the one after `before`) when c's successor list holds it, else -1: with
+    proximity route selection c names it at once instead of forwarding to its predecessor."""
+    o = before + 1 if before + 1 < n else 0
+    steps = o - c if o >= c else o - c + n
+    return o if 1 <= steps <= r else -1
+
+
 @njit(cache=True)
-def route_one(k, origin, before, rt, alive, d, iterative, timeout_ms, max_hops):
+def route_one(k, origin, before, rt, alive, d, iterative, timeout_ms, max_hops, prs=False):
     """One lookup of key k from `origin` (before = the last position before k), by sim/lookup.py's rule,
-    with the nodes `alive` marks dead timing out. `d` is the delay model latency is measured with.
+    with the nodes `alive` marks dead timing out. `d` is the delay model latency is measured with;
+    `prs`: a node whose successor list holds the owner names it (a dead owner: routing as without).
     Returns (owner or -1, hops, timeouts, latency ms, the node that named the owner)."""
     ids, mask, r = rt[0], rt[1], rt[3]
     n = len(ids)
@@ -222,6 +232,10 @@ def route_one(k, origin, before, rt, alive, d, iterative, timeout_ms, max_hops):
         done = dk != U0 and dk <= ((ids[s] - me) & mask) and not gone
         fail = hops > max_hops
         timed = False
+        if prs and not done and not gone:
+            o = listed_owner(c, before, n, r)
+            if o >= 0 and alive[o] and not _known(dead, count, o):
+                return o, hops, timeouts, latency + timeouts * timeout_ms, c
         if done and not alive[s]:
             timed, done = True, False
             if count == len(dead):
@@ -256,7 +270,7 @@ def route_one(k, origin, before, rt, alive, d, iterative, timeout_ms, max_hops):
 
 @njit(cache=True, parallel=True)
 def route_all(keys, origins, before, rt, alive, d, iterative, timeout_ms, max_hops,
-              owners, hops, timeouts, latency, last):
+              owners, hops, timeouts, latency, last, prs=False):
     """route_one over every lookup, spread over the cores."""
     ids, mask, bits, r, table, base, pns, pd, index, shift = rt  # a parallel loop takes no tuple of arrays
     d0, d1, d2, d3, d4, d5, d6, d7 = d
@@ -264,7 +278,7 @@ def route_all(keys, origins, before, rt, alive, d, iterative, timeout_ms, max_ho
     for i in prange(len(keys)):
         local = (ids, mask, bits, r, table, base, pns, (p0, p1, p2, p3, p4, p5, p6, p7), index, shift)
         o, h, t, ms, at = route_one(keys[i], origins[i], before[i], local, alive, (d0, d1, d2, d3, d4, d5, d6, d7),
-                                    iterative, timeout_ms, max_hops)
+                                    iterative, timeout_ms, max_hops, prs)
         owners[i], hops[i], timeouts[i], latency[i], last[i] = o, h, t, ms, at
 
 
@@ -273,14 +287,14 @@ STRIPE = 16384  # lookups a core takes at a time; a lane that finishes takes the
 
 
 @njit(cache=True, parallel=True)
-def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, latency, last):
+def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, latency, last, prs=False):
     """route_all for a ring with no dead node, LANES lookups at a time per core.
 
     One lookup is a chain of dependent memory loads (a finger's position, then its id), each a cache
     miss on a big ring. Advancing LANES lookups together, first touching what every lane's next step
     will read and then taking the steps, lets those misses overlap; a lane whose lookup ends takes
     the next one at once, so the overlap does not thin out. The steps themselves are route_one's
-    without the dead-node bookkeeping."""
+    without the dead-node bookkeeping (`prs` as there)."""
     ids, mask, bits, r, table, base, pns, pd, index, shift = rt  # a parallel loop takes no tuple of arrays
     d0, d1, d2, d3, d4, d5, d6, d7 = d
     p0, p1, p2, p3, p4, p5, p6, p7 = pd
@@ -325,7 +339,11 @@ def route_live(keys, origins, before, rt, d, iterative, max_hops, owners, hops, 
                 s = c + 1 if c + 1 < n else 0
                 dk = (k - me) & mask
                 ended = False
-                if dk != U0 and dk <= ((ids[s] - me) & mask):
+                listed = listed_owner(c, q, n, r) if prs else -1
+                if listed >= 0:
+                    owners[i], last[i] = listed, c
+                    ended = True
+                elif dk != U0 and dk <= ((ids[s] - me) & mask):
                     owners[i], last[i] = s, c
                     ended = True
                 elif steps[g] > max_hops or q == c:

@@ -53,13 +53,15 @@ class LookupBatch:
 def lookups(ring: Ring, count: int, seed: int | None = None, keys: np.ndarray | None = None,
             origins: np.ndarray | None = None, *, alive: np.ndarray | None = None,
             latency: LatencyModel | None = None, timeout_ms: float = 0.0, iterative: bool = False,
-            fingers: FingerTable | None = None,
+            fingers: FingerTable | None = None, prs: bool = False,
             progress: Callable[[int], None] | None = None) -> LookupBatch:
     """`count` lookups of random keys (or `keys`) from random live positions (or `origins`).
 
     `alive` (bool per position) marks the nodes still up while the routing state is still the
     converged ring's; `latency` (sim/latency.py) gives each hop's delay, real node to real node.
-    `fingers` defaults to plain Chord's table.
+    `fingers` defaults to plain Chord's table. `prs` (proximity route selection for the last hop, as
+    DHash++ ends a lookup): a node whose successor list holds the owner names it at once, rather than
+    forwarding to the owner's predecessor (which would name it).
     """
     rng = np.random.default_rng(seed)
     if keys is None:
@@ -93,10 +95,10 @@ def lookups(ring: Ring, count: int, seed: int | None = None, keys: np.ndarray | 
         if alive is not None:
             kernels.route_all(*part, rt, np.ascontiguousarray(alive, dtype=np.bool_), d, iterative,
                               float(timeout_ms), max_hops, owners[lo:hi], hops[lo:hi], timeouts[lo:hi],
-                              lat[lo:hi], last[lo:hi])
+                              lat[lo:hi], last[lo:hi], prs)
         else:
             kernels.route_live(*part, rt, d, iterative, max_hops, owners[lo:hi], hops[lo:hi], lat[lo:hi],
-                               last[lo:hi])
+                               last[lo:hi], prs)
         if progress:
             progress(hi)
     if latency is None:

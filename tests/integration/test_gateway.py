@@ -265,6 +265,13 @@ def test_grpc_callers_share_a_topic_as_a_consumer_group_and_nak_sends_a_message_
                 assert how(pb.SettleRequest(delivery_ids=[d.delivery_id])).settled == 1
             return len(settled)
 
+        def members_joined() -> bool:  # else the native member, in the publisher's own process, may take every job
+            native.advertise("grpc-jobs")
+            with native.publishing.lock:
+                crew = native.publishing.groups.stats("grpc-jobs").get("crew", {}).get("members", {})
+            return sum(m["connected"] for m in crew.values()) == 3
+
+        wait_for(members_joined, 30, what="the three members joined at the publisher")
         for i in range(60):
             native.publish("grpc-jobs", f"job {i + 1}")
         wait_for(lambda: settle() + len(mine) >= 61, 30, interval=0.05, what="every job, and the naked one again")

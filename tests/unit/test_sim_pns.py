@@ -134,3 +134,25 @@ def test_the_owner_reached_stretch_adds_the_last_step_that_pns_cannot_shorten():
     ok = it_direct > 0
     assert np.allclose(stretch(ring, it, model, iterative=True, reached=True)[ok],
                        (it.latency_ms[ok] + 2 * it_direct[ok]) / (2 * it_direct[ok]))
+
+
+@pytest.mark.parametrize("alive", [False, True])
+def test_prs_names_the_owner_from_the_successor_list_on_a_prefix_of_the_same_route(alive):
+    """Proximity route selection for the last hop: the lookup ends at the first node of its route whose
+    successor list holds the owner, which names it. Same owners, a prefix of the same route (never more
+    hops or latency), and every lookup ends within r of its owner; with nodes marked alive the
+    dead-node loop agrees. (Take `listed_owner`'s check away and the ends are 1 step from the owner.)"""
+    ring = random_ring(2000, 64, seed=5, successors=8)
+    model = from_spec("transit_stub", 2000, 5)
+    fingers = pns_fingers(ring, 16, model)
+    up = np.ones(ring.size, dtype=bool) if alive else None
+    plain = lookups(ring, 5000, seed=6, latency=model, fingers=fingers, alive=up)
+    prs = lookups(ring, 5000, keys=plain.keys, origins=plain.origins, latency=model, fingers=fingers, alive=up,
+                  prs=True)
+    assert (prs.owners == plain.owners).all() and prs.ok.all()
+    assert (prs.hops <= plain.hops).all() and (prs.latency_ms <= plain.latency_ms + 1e-9).all()
+    steps = (prs.owners - prs.last) % ring.size
+    assert ((steps >= 1) & (steps <= 8)).all() and (steps > 1).mean() > 0.5
+    assert prs.hops.mean() < plain.hops.mean() - 0.5
+    assert np.nanmedian(stretch(ring, prs, model, reached=True)) < np.nanmedian(stretch(ring, plain, model,
+                                                                                        reached=True))

@@ -308,3 +308,26 @@ def test_a_late_joiners_live_message_that_beat_the_start_reply_is_delivered_not_
     assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(9, 9), (10, 9), (11, 9)]
     summary = ts.summary()
     assert summary["duplicates"] == 0 and summary["expected"] == 3 and ts.lost == 0
+
+
+def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
+    """A publisher without history answers a reliable start "nothing held below 11": 4..10 were sent
+    live before that reply, on the other connection, and are still on their way; they are delivered
+    when they come, not dead-lettered. Only a stream that stalls for a beat gives up what the
+    publisher no longer holds. (Take `_give_up`'s limit at the live stream away, and 4..10 are
+    dead-lettered, then dropped as duplicates when they arrive.)"""
+    ts = TopicState("t", "me", reliable=True)
+    (st,), _ = ts.reconcile([A])
+    ts.fetches.clear()
+    for seq in (1, 2, 3):
+        ts.on_message(env(seq), 1)
+    assert ts.on_range(st, 1, None, {"first": 11, "last": 10, "messages": []}, 2) is None
+    ts.fetch_done(st, 2)
+    for seq in range(4, 11):
+        ts.on_message(env(seq), 3)
+    assert [s for _, s, _ in delivered(ts)] == list(range(1, 11)) and not ts.dead and ts.lost == 0
+    ts.on_tail(st, {"last": 12})  # a beat with nothing: 11 and 12 went where no one holds them
+    (fetch,) = ts.fetches
+    assert fetch == (st, 11, None)
+    ts.on_range(st, 11, None, {"first": 13, "last": 12, "messages": []}, 4)
+    assert [(d.from_seq, d.to_seq) for d in ts.dead] == [(11, 12)] and ts.lost == 2
