@@ -102,9 +102,10 @@ class Client:
     Prometheus metrics (pubsub/metrics.py) on http://host:port/metrics (0: a free port; the endpoint
     is then `metrics_endpoint`). `acl`: a policy file (dht/policy.py; docs/security.md) that this client
     enforces as a publisher: who may read its topics (live, history, groups), by the CURVE key each peer
-    presents (`curve` is needed); read again when the file changes. `receive_hwm`: messages held in the
-    SUB sockets per publisher before they are lost (best effort) or held back (reliable): what a
-    subscriber that reads slowly costs in memory (default 10,000).
+    presents (`curve` is needed); read again when the file changes. `receive_hwm`: frames (a message, or
+    a publisher's coalesced run of at most 64 / 4 KiB) held in the SUB sockets per publisher before the
+    publisher's own queue holds the rest: what a subscriber that reads slowly costs in memory
+    (default 1000).
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", bind: str | None = None,

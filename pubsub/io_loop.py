@@ -45,7 +45,8 @@ from pubsub.subscription import Stream, TopicState
 
 log = logging.getLogger(__name__)
 
-RCVHWM = 10_000  # per publisher (publishing.py's SNDHWM says why it is not larger)
+RCVHWM = 1000  # frames per publisher: a frame may be a run of 64 messages / 4 KiB, so this bounds a slow
+# subscriber's own memory (the publisher's SNDHWM, 10,000 frames, holds the rest of what it is behind)
 BATCH = 2000  # messages read from one socket before the others get a turn
 FETCH_TIMEOUT = 2.0
 FETCH_HELD = 0.05  # seconds between looks whether a full subscription can take a repair now

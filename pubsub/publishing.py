@@ -39,8 +39,8 @@ from pubsub.publication import Publication
 
 log = logging.getLogger(__name__)
 
-SNDHWM = 10_000  # per subscriber: with the subscriber's own 10_000, a slow one is at most ~20_000
-# messages behind before it loses (and counts) messages, rather than being buried in latency
+SNDHWM = 10_000  # frames per subscriber: with the subscriber's own 1000, a slow one is at most ~11,000
+# frames behind before it loses (and counts) messages, rather than being buried in latency
 
 
 def check_topic(topic: str) -> str:

@@ -2,7 +2,7 @@
 flat however much it is sent (README, "A subscriber slower than its publishers is told").
 
 Three limits take the strain, each tested here with its feature's line named:
-- the high-water marks (publisher's SNDHWM, 10,000 frames, and subscriber's RCVHWM, here 1000): an
+- the high-water marks (publisher's SNDHWM, 10,000 frames, and subscriber's RCVHWM, 1000): an
   application that holds the io loop loses what overflows them (a frame carries a run of up to 64
   messages or 4 KiB when the publisher sends fast: 5 of these 1 kB messages); the gap is counted in
   `lost`/`gaps` when the next message shows it, and a warning says so once a heartbeat with the loss
@@ -50,7 +50,7 @@ def test_a_subscriber_that_holds_its_loop_loses_at_the_high_water_marks_counts_i
         seen.append(msg.seq)
         gate.wait(60)  # the application holds the io loop until the test lets it go
 
-    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB, receive_hwm=1000) as subscriber, \
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as subscriber, \
             caplog.at_level(logging.WARNING, logger="pubsub.io_loop"):
         sub = subscriber.subscribe("slow", callback=slow)
         last = 0
