@@ -67,6 +67,8 @@ def node_start(
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
     pns: int = typer.Option(8, min=0, max=64, help="Proximity neighbour selection: each finger is the node with "
                             "the lowest measured round trip among up to K of its interval (0: plain Chord)."),
+    prs: bool = typer.Option(False, "--prs", help="Proximity route selection for the last hop: a key this node's "
+                             "successor list covers is answered with its owner at once (one hop fewer)."),
     data_dir: Path = typer.Option(None, help="Keep the store in DIR/store.sqlite3; restarted with the same id "
                                   "the node rejoins with its keys."),
     trace: Path = typer.Option(None, help="Append this node's own lookups (fix_fingers) as JSON Lines."),
@@ -97,7 +99,8 @@ def node_start(
     config = NodeConfig(host=listen.host, port=port, bind=listen.bind, advertise_port=listen.port,
                         join=seeds or None, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
-                        pns=pns, join_timeout=connect_timeout, probe_every=probe_every, ports=ports, acl=acl)
+                        pns=pns, prs=prs, join_timeout=connect_timeout, probe_every=probe_every, ports=ports,
+                        acl=acl)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter

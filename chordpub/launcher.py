@@ -87,8 +87,11 @@ def node_command(host: str, port: int, join: str | None, ready_file: Path,
     if join:
         cmd += ["--join", join]
     for name, value in (options or {}).items():
-        if value is not None:
-            cmd += [f"--{name.replace('_', '-')}", str(value)]
+        flag = f"--{name.replace('_', '-')}"
+        if value is True:
+            cmd.append(flag)  # a switch
+        elif value is not None and value is not False:
+            cmd += [flag, str(value)]
     return cmd
 
 

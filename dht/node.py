@@ -55,6 +55,7 @@ class NodeConfig:
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
     pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
+    prs: bool = False  # a key the successor list covers is answered with its owner (dht/routing.py)
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
     ports: int = 0  # the events socket's port, and the first of the three ports a node's sockets
@@ -118,7 +119,7 @@ class ChordNode:
         port = config.advertise_port or self.server.port
         nid = config.id if config.id is not None else node_id(config.host, port, config.bits)
         self.me = Peer(nid, self.server.endpoint)
-        self.routing = RoutingTable(self.me, config.bits, config.successors)
+        self.routing = RoutingTable(self.me, config.bits, config.successors, prs=config.prs)
         self.records = RecordTable(config.bits)
         self.policy = PolicyFile(config.acl) if config.acl is not None else None
         self.denials = Denials(f"node {self.me.endpoint}")

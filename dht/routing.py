@@ -37,8 +37,11 @@ class NextHop:
 class RoutingTable:
     """Fingers, successor list and predecessor of the node `me` (ToN'03 Fig. 5)."""
 
-    def __init__(self, me: Peer, bits: int = 64, successors: int = 8) -> None:
+    def __init__(self, me: Peer, bits: int = 64, successors: int = 8, prs: bool = False) -> None:
+        """`prs`: proximity route selection for the last hop (DHash++'s ending): a key the successor list
+        covers is answered with its owner from the list, not with a hop to the owner's predecessor."""
         check_bits(bits)
+        self.prs = prs
         if successors < 1:
             raise ValueError("the successor list needs at least one entry")
         self.me = me
@@ -123,6 +126,11 @@ class RoutingTable:
             return None if cpn == self.me else NextHop(False, cpn)
         if in_half_open(k, self.me.id, succ.id):
             return NextHop(True, succ)
+        if self.prs:  # the list runs clockwise from us: the first live entry at or past k owns it
+            owner = next((s for s in self.successors if s.endpoint not in avoid and in_half_open(k, self.me.id, s.id)),
+                         None)
+            if owner is not None:
+                return NextHop(True, owner)
         # succ lies in (me, k), so a preceding candidate always exists
         return NextHop(False, self.closest_preceding_node(k, avoid))
 

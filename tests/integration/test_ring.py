@@ -51,6 +51,27 @@ def test_lookups_return_the_true_owner_in_about_half_log_n_hops(ring_factory):
     assert mean <= 0.5 * math.log2(len(ids)) + 1, mean
 
 
+def test_with_prs_a_node_answers_a_key_its_successor_list_covers_with_the_owner(ring_factory):
+    """`node start --prs`: a lookup started at a node whose successor list holds the key's owner ends
+    there, the owner named by that node (0 hops; plain Chord goes on to the owner's predecessor), and
+    every lookup still finds the true owner. (Take `RoutingTable.prs` away: the hops are not 0.)"""
+    ring = ring_factory(prs=True)
+    ring.start(16)
+    ring.wait_consistent(timeout=30, fingers=True)
+    order = sorted(ring.nodes, key=lambda n: n.id)
+    ids = [n.id for n in order]
+    rng = random.Random(5)
+    with DhtClient(order[0].endpoint) as client:
+        for i in range(200):
+            key = f"k-{i}-{rng.getrandbits(32)}"
+            owner = owner_of(ids, key_id(key))
+            at = ids.index(owner)
+            start = order[(at - rng.randint(2, 8)) % len(order)]  # 2..8 places before the owner: in its list
+            found = client.lookup(key, start=start.endpoint)
+            assert found.ok and found.owner.id == owner, (key, found)
+            assert found.hops == 0, (key, found.path)
+
+
 def neighbours_apart(ring, count: int, rng: random.Random) -> list:
     """`count` nodes of which no two are ring neighbours."""
     order = sorted(ring.nodes, key=lambda n: n.id)

@@ -13,13 +13,18 @@ from sim.ring import RingError, random_ring, ring_from_ids
 from tests.helpers.routing import live_rule_lookup, routing_tables
 
 
+@pytest.mark.parametrize("prs", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 512, 4096])
-def test_owner_and_hops_equal_the_routing_rule(n):
+def test_owner_and_hops_equal_the_routing_rule(n, prs):
+    """With `prs` (proximity route selection for the last hop) on both sides too: the live rule
+    answering a key its successor list covers with the owner, and the simulator ending there."""
     bits, r = 64, 8
     ids = [key_id(f"10.0.{i // 256}.{i % 256}:5555", bits) for i in range(n)]
     ring = ring_from_ids(ids, bits, successors=r)
     tables = routing_tables(ids, bits, r)
-    batch = lookups(ring, 1000, seed=n)
+    for t in tables.values():
+        t.prs = prs
+    batch = lookups(ring, 1000, seed=n, prs=prs)
     for k, o, owner, hops in zip(batch.keys, batch.origins, batch.owners, batch.hops, strict=True):
         want_owner, want_hops = live_rule_lookup(tables, int(ring.ids[o]), int(k))
         assert (int(ring.ids[owner]), int(hops)) == (want_owner, want_hops)
