@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from dht import wire
-from dht.ids import check_bits, key_id
+from dht.ids import MAX_BITS, check_bits, key_id
 from dht.policy import DENIED
 from dht.records import NOT_OWNER
 from dht.routing import Peer
@@ -233,8 +233,9 @@ class DhtClient:
         return self.lookup_id(key_id(key, self.bits), start)
 
     def lookup_id(self, k: int, start: str | None = None, avoid: Collection[str] = ()) -> LookupResult:
-        """Iterative lookup from `start`, or from the first entry point that answers."""
-        max_steps = 4 * self.bits + 16
+        """Iterative lookup from `start`, or from the first entry point that answers. A start that does
+        not answer is a failed lookup (`ok` False), never an exception."""
+        max_steps = 4 * (self._bits or MAX_BITS) + 16  # a bound on the loop: no call to learn the width
         if start is not None:
             return iterative_lookup(k, start, self._ask, max_steps=max_steps, avoid=avoid)
         found = LookupResult(k, False, error="no entry point")

@@ -146,3 +146,18 @@ def test_ring_check_steps_over_a_dead_node_while_the_ring_heals(ring_factory):
     assert report["nodes"] == 4, json.dumps(report)
     if not report["consistent"]:
         assert any(victim.endpoint in p for p in report["problems"]), report
+
+
+def test_a_lookup_from_a_start_that_does_not_answer_fails_and_does_not_raise():
+    """A node can die between being chosen as a lookup's start and being asked: the lookup fails
+    (`ok` False, within the client's timeout), it does not raise, even before the client has learned
+    the ring's id width. (The chaos test's lookup threads died of exactly this.)"""
+    from dht.client import DhtClient
+    from tests.helpers.ports import free_ports
+
+    (port,) = free_ports(1)
+    dead = f"127.0.0.1:{port}"
+    with DhtClient(dead, timeout=0.2, retries=0) as client:
+        t0 = time.monotonic()
+        found = client.lookup_id(12345, start=dead)
+        assert not found.ok and found.error and time.monotonic() - t0 < 2
