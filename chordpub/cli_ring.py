@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -190,3 +191,73 @@ def ring_show(endpoint: str = typer.Argument(..., help="Any node of the ring, H:
     emit(out, as_json, lambda o: f"wrote {o['file']}: {o['nodes']} nodes, {o['fingers']} distinct fingers of "
                                  f"{o['fingers_of']}, {o['topics']} topics" +
                                  "".join(f"\n  problem: {p}" for p in o["problems"]))
+
+
+@ring_app.command("autoscale")
+@clean_errors
+def ring_autoscale(
+    endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
+    high: float = typer.Option(..., help="Grow when a node stays above this (in --metric)."),
+    low: float = typer.Option(0.0, help="Shrink when the ring's mean stays below this (in --metric)."),
+    metric: str = typer.Option("records", help="What load is: records, registrations_per_s, renewals_per_s, "
+                               "lookup_steps_per_s, relay_messages_per_s, bytes_in_per_s or bytes_out_per_s."),
+    min_nodes: int = typer.Option(1, "--min", help="Never fewer nodes than this."),
+    max_nodes: int = typer.Option(16, "--max", help="Never more nodes than this."),
+    patience: int = typer.Option(3, help="Looks in a row a threshold must be passed before a change."),
+    cooldown: float = typer.Option(10.0, help="Seconds after a change before the next."),
+    interval: float = typer.Option(2.0, help="Seconds between looks at the ring (rates are over this span)."),
+    seconds: float = typer.Option(None, help="Stop after this many seconds (default: Ctrl-C)."),
+    spawn: str = typer.Option(None, help="Command that starts a node, with {port} and any of {host} {join} {id} "
+                              "{bits} {successors} {replicas} {python}; default: a local `chordpub node "
+                              "start` with the ring's bits, successors and replicas."),
+    hosts: str = typer.Option("127.0.0.1", help="Hosts for new nodes ({host}), comma-separated, used in turn."),
+    base_port: int = typer.Option(0, help="Ports for new nodes from here upwards (default: free ports of "
+                                  "this machine)."),
+    log_dir: Path = typer.Option(Path("autoscale-logs"), help="Where the started nodes' logs go."),
+    curve: Path = typer.Option(None, help=CURVE_HELP),
+    connect_timeout: float = connect_timeout_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per look (JSON Lines)."),
+) -> None:
+    """Keep the ring's load in bounds. Every --interval seconds: when a node has stayed above --high for
+    --patience looks, start a node whose id splits that node's load in two (the median of the keys
+    it owns), so that it takes half; when the ring's mean has stayed below --low, ask the least-loaded
+    node to leave gracefully. One change at a time, --cooldown apart, between --min and --max nodes.
+    Each look prints its decision and the figures that made it. Nodes it started keep running after
+    it stops."""
+    from chordpub.autoscale import DEFAULT_SPAWN, Autoscaler, Spawner, check_template
+    from dht.scaling import Policy, Scaler
+
+    policy = Policy(high=high, low=low, metric=metric, min_nodes=min_nodes, max_nodes=max_nodes,
+                    patience=patience, cooldown=cooldown)
+    policy.validate()
+    check_template(spawn or DEFAULT_SPAWN)
+    if not 0.1 <= interval <= 3600:
+        fail(f"--interval must be in 0.1..3600 seconds, got {interval:g}")
+    if seconds is not None and seconds < 0:
+        fail(f"--seconds must be 0 or more, got {seconds:g}")
+    if not 0 <= base_port < 65536:
+        fail(f"--base-port must be in 0..65535, got {base_port}")
+    host_list = [h.strip() for h in hosts.split(",") if h.strip()]
+    if not host_list:
+        fail("--hosts names no host")
+
+    def show(look: dict) -> None:
+        if as_json:
+            typer.echo(json.dumps(look))
+            return
+        ratio = "-" if look.get("max_over_mean") is None else f"{look['max_over_mean']:.2f}"
+        line = (f"{time.strftime('%H:%M:%S', time.localtime(look['time']))}  {look['action']:6s} "
+                f"nodes {look.get('nodes')}  {metric} max {look.get('max')} max/mean {ratio}  {look['reason']}")
+        if look["action"] == "grow":
+            line += f"; started {look['started']} (pid {look['pid']}) id {look['new_id']}"
+        if look["action"] != "hold":
+            line += f"; settled in {look['settled_s']:.1f} s" if look["ok"] else f"; FAILED: {look['error']}"
+        typer.echo(line)
+
+    spawner = Spawner(spawn or DEFAULT_SPAWN, host_list, log_dir, base_port)
+    with dht_client(endpoint, curve, connect_timeout) as client:
+        scaler = Autoscaler(client, endpoint, Scaler(policy), spawner, show)
+        try:
+            scaler.run(interval, seconds)
+        except KeyboardInterrupt:
+            pass

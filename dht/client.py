@@ -213,6 +213,12 @@ class DhtClient:
         load = body.get("load")  # what it carries (dht/load.py): numbers, or None where it has no relay
         out["load"] = {k: v for k, v in load.items() if isinstance(k, str) and (v is None or (
             isinstance(v, int | float) and not isinstance(v, bool)))} if isinstance(load, dict) else None
+        if out["load"] is not None:  # the id that splits its load in two, a string past 64 bits
+            try:
+                split = load.get("split_id")
+                out["load"]["split_id"] = None if split is None else wire.decode_id(split, "split_id")
+            except wire.WireError:
+                out["load"]["split_id"] = None
         denials = body.get("denials")  # what its policy refused, by operation
         out["denials"] = {k: v for k, v in denials.items() if isinstance(k, str) and isinstance(v, int)
                           } if isinstance(denials, dict) else {}

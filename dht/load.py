@@ -52,7 +52,7 @@ def report(first: list[dict], second: list[dict]) -> dict:
     for info in second:
         if not info.get("load"):
             continue  # a node too old to say its load
-        row = {"endpoint": info["endpoint"], "id": info["id"]}
+        row = {"endpoint": info["endpoint"], "id": info["id"], "split_id": info["load"].get("split_id")}
         before = earlier.get(info["endpoint"])
         if before is None:
             row.update({k: None for k in FIGURES}, records=info["load"]["records"], new=True)

@@ -30,6 +30,7 @@ from dht.prober import Prober
 from dht.proximity import DEFAULT_SAMPLES
 from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
+from dht.scaling import split_point
 from dht.store import Store, split_field_key
 from dht.transport import Refused, RpcServer, SocketSetup
 
@@ -223,7 +224,8 @@ class ChordNode:
         of up to N record keys (topics) it owns."""
         with self.lock:
             rt = self.routing
-            owned = [k for k in self.records.fields if rt.owns(key_id(k, self.config.bits))]
+            ids = {k: key_id(k, self.config.bits) for k in self.records.fields}
+            owned = [k for k, i in ids.items() if rt.owns(i)]
             return {
                 "node_id": wire.encode_id(self.me.id),
                 "endpoint": self.me.endpoint,
@@ -245,7 +247,7 @@ class ChordNode:
                 "records": len(owned),
                 "denials": dict(self.denials.count),
                 "lookups_served": self.next_hops_served,
-                "load": self.load(len(owned)),
+                "load": self.load(len(owned), [ids[k] for k in owned]),
                 "neighbours_left": list(self.neighbours_left),
                 "remembered": self.members.rows(time.time()),
                 "probes": self.prober.probes,
@@ -254,19 +256,23 @@ class ChordNode:
                 **({"topics": sorted(owned)[:topics]} if topics else {}),
             }
 
-    def load(self, records: int) -> dict:
+    def load(self, records: int, owned_ids: list[int]) -> dict:
         """What this node carries (`chordpub ring load` turns two of these into rates): records owned,
         and counters since start: record items served and the writes among them, lookup steps
         served, bytes in (requests) and out (replies, own requests, record events), and what its relay
-        took from publishers. Called with the lock held."""
+        took from publishers; and the id that would split its load in two (`ring autoscale`,
+        dht/scaling.py). Called with the lock held."""
         traffic = self.traffic()
         relay = self.relay.stats() if self.relay is not None else None
+        pred = self.routing.predecessor
+        split = split_point(pred.id if pred else None, self.me.id, owned_ids, self.config.bits)
         return {"time": time.time(), "records": records, "record_items": self.record_items,
                 "record_writes": self.record_writes, "lookup_steps": self.next_hops_served,
                 "bytes_in": self.server.bytes_received,
                 "bytes_out": traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"],
                 "relay_messages": None if relay is None else relay["messages"],
-                "relay_bytes": None if relay is None else relay["bytes"]}
+                "relay_bytes": None if relay is None else relay["bytes"],
+                "split_id": wire.encode_id(split) if split is not None else None}
 
     def _rtt(self, peer: Peer | None) -> float | None:
         if peer is None or self.round_trips is None:

@@ -184,7 +184,10 @@ class Registrar:
         return found.owner.endpoint
 
     def _place(self) -> None:
-        """Set the fields not yet (or no longer) held by their owner, and read what must be read."""
+        """Set the fields not yet (or no longer) held by their owner, and read what must be read. A
+        field whose owner takes a lookup to find goes to it at once, alone: the reply names that
+        owner's arc, so the other fields there need no lookup (after a join moved a thousand topics,
+        a lookup each would hold this thread, and the renewals of the rest, for seconds)."""
         now = time.monotonic()
         todo = [r for r in self.regs.values() if (not r.placed or r.need_read) and r.retry_at <= now]
         if not todo:
@@ -192,31 +195,36 @@ class Registrar:
         by_owner: dict[str, list[Registration]] = {}
         for reg in todo:
             if reg.owner is None:
-                try:
-                    reg.owner = self._owner_of(reg.topic)
-                except DhtError as exc:
-                    log.warning("the ring is unreachable: %s", exc)
-                    reg.owner = None
+                reg.owner = self.arcs.owner(key_id(reg.topic, self.dht.bits))
                 if reg.owner is None:
-                    reg.retry_at = now + RETRY
+                    try:
+                        reg.owner = self._owner_of(reg.topic)
+                    except DhtError as exc:
+                        log.warning("the ring is unreachable: %s", exc)
+                        reg.owner = None
+                    if reg.owner is None:
+                        reg.retry_at = now + RETRY
+                    else:
+                        self._send(reg.owner, [reg], [self._placement(reg)], about=True)
                     continue
             by_owner.setdefault(reg.owner, []).append(reg)
         for owner, group in by_owner.items():
-            items = []
-            for reg in group:
-                item = {"k": reg.topic, "f": reg.name}
-                if not reg.placed:
-                    item.update(op="set", val=reg.value, ttl=self.lease)
-                    if reg.count is not None:
-                        item["count"] = reg.count
-                if reg.watch:
-                    item["read"] = PUB
-                    if reg.archive_read:
-                        item["names"] = LOG
-                elif reg.read is not None and not reg.placed:
-                    item["read"] = reg.read
-                items.append(item)
-            self._send(owner, group, items, about=True)
+            self._send(owner, group, [self._placement(reg) for reg in group], about=True)
+
+    def _placement(self, reg: Registration) -> dict:
+        """The `records` item that places `reg` (and reads what it reads)."""
+        item = {"k": reg.topic, "f": reg.name}
+        if not reg.placed:
+            item.update(op="set", val=reg.value, ttl=self.lease)
+            if reg.count is not None:
+                item["count"] = reg.count
+        if reg.watch:
+            item["read"] = PUB
+            if reg.archive_read:
+                item["names"] = LOG
+        elif reg.read is not None and not reg.placed:
+            item["read"] = reg.read
+        return item
 
     def _renew(self) -> None:
         by_owner: dict[str, list[Registration]] = {}

@@ -1,0 +1,202 @@
+"""`chordpub ring autoscale`: look at the ring's load, decide (dht/scaling.py), and carry it out — start a
+node with a command template, or ask one to leave gracefully — one change at a time.
+
+A new node is started by a command template: a local process by default, or what the user gives
+(`ssh {host} chordpub node start ...`, a container's run command). It joins through a node of the
+ring with the id the decision chose; the change counts as done once the ring, walked by successor
+pointers, holds it and its successor's load has been handed over (the hot node no longer owns the
+new node's keys). A node asked to leave is done once the walk no longer meets it; a process this
+scaler started is then reaped. Nodes it started keep serving when it exits: the ring's keys are on
+them; their pids are in the decisions it printed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chordpub.launcher import stop_processes
+from dht.client import DhtClient, DhtError
+from dht.load import report
+from dht.ringcheck import evaluate, walk
+from dht.scaling import Decision, Scaler
+
+PLACEHOLDERS = ("python", "host", "port", "join", "id", "bits", "successors", "replicas")
+DEFAULT_SPAWN = ("{python} -m chordpub node start --host {host} --port {port} --join {join} --id {id} "
+                 "--bits {bits} --successors {successors} --replicas {replicas}")
+SETTLE_TIMEOUT = 60.0  # seconds a change may take before it is called failed
+REAP_GRACE = 10.0  # seconds a process asked to leave has to exit before it is killed
+
+
+def check_template(template: str) -> list[str]:
+    """The template's words; ValueError (one line) when it cannot start a node."""
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise ValueError(f"--spawn: {exc}") from None
+    if not words:
+        raise ValueError("--spawn is empty")
+    if not any("{port}" in w for w in words):
+        raise ValueError("--spawn must contain {port}: the scaler chooses each new node's port")
+    try:
+        for w in words:
+            w.format(**{k: "" for k in PLACEHOLDERS})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"--spawn: unknown or malformed placeholder {exc} (known: "
+                         f"{', '.join('{' + k + '}' for k in PLACEHOLDERS)})") from None
+    return words
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now, which must be an address of this machine."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise ValueError(f"cannot pick a free port on {host} ({exc.strerror}): give --base-port "
+                             "for hosts other than this machine's") from None
+        return s.getsockname()[1]
+
+
+@dataclass
+class Spawner:
+    """Starts nodes from `template` on `hosts` in turn; ports from `base_port` upwards, else free ones."""
+
+    template: str
+    hosts: list[str]
+    log_dir: Path
+    base_port: int = 0
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # endpoint -> the process started
+    count: int = 0
+
+    def start(self, join: str, new_id: int, ring: dict) -> tuple[str, subprocess.Popen]:
+        host = self.hosts[self.count % len(self.hosts)]
+        port = self.base_port + self.count if self.base_port else free_port(host)
+        values = {"python": sys.executable, "host": host, "port": port, "join": join, "id": new_id,
+                  "bits": ring["bits"], "successors": ring["r"], "replicas": ring["replicas"]}
+        cmd = [w.format(**values) for w in check_template(self.template)]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"autoscaled-{self.count}-{port}.log", "ab")  # noqa: SIM115 - the child's
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        self.count += 1
+        endpoint = f"{host}:{port}"
+        self.procs[endpoint] = proc
+        return endpoint, proc
+
+
+class Autoscaler:
+    """The loop: every `interval` seconds walk the ring, decide, carry out. `emit` gets one dict per look."""
+
+    def __init__(self, client: DhtClient, endpoint: str, scaler: Scaler, spawner: Spawner,
+                 emit: Callable[[dict], None]) -> None:
+        self.client = client
+        self.via = endpoint
+        self.scaler = scaler
+        self.spawner = spawner
+        self.emit = emit
+        self.previous: list[dict] | None = None
+
+    def run(self, interval: float, seconds: float | None) -> None:
+        end = None if seconds is None else time.monotonic() + seconds
+        while end is None or time.monotonic() < end:
+            started = time.monotonic()
+            self.look()
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))  # the pace of looks
+
+    def look(self) -> dict:
+        infos, problems = self._walk()
+        check = evaluate(infos, problems, int(infos[0].get("bits") or 64))
+        if not check["consistent"]:  # mid-join or mid-leave: a node's keys may be counted twice or not at all
+            decision = Decision("hold", f"the ring is settling: {check['problems'][0]}", {"nodes": len(infos)})
+        elif self.previous is None:
+            decision = Decision("hold", "first look: rates need two", {"nodes": len(infos)})
+        else:
+            decision = self.scaler.decide(report(self.previous, infos)["nodes"], time.monotonic())
+        self.previous = infos
+        out = {"time": round(time.time(), 3), **decision.to_dict(), "problems": check["problems"]}
+        if decision.action == "grow":
+            out.update(self._grow(decision, infos))
+        elif decision.action == "shrink":
+            out.update(self._shrink(decision))
+        if decision.action != "hold":
+            self.scaler.changed(time.monotonic())
+            self.previous = None  # the next rates start after the change
+        self.emit(out)
+        return out
+
+    def _walk(self) -> tuple[list[dict], list[str]]:
+        """Walk from the node we know; if it went, from another node met before."""
+        candidates = [self.via] + [i["endpoint"] for i in self.previous or () if i["endpoint"] != self.via]
+        for endpoint in candidates:
+            try:
+                infos, problems = walk(self.client, endpoint)
+            except DhtError:
+                continue
+            self.via = endpoint
+            return infos, problems
+        raise DhtError(f"no node of the ring answers (tried {', '.join(candidates[:5])})")
+
+    def _grow(self, decision: Decision, infos: list[dict]) -> dict:
+        hot = next(i for i in infos if i["endpoint"] == decision.node)
+        endpoint, proc = self.spawner.start(self.via, decision.new_id, hot)
+        self.scaler.started.append(endpoint)
+
+        def joined() -> bool:
+            if proc.poll() is not None:
+                raise DhtError(f"the new node exited with status {proc.returncode} (log in {self.spawner.log_dir})")
+            ring, _ = walk(self.client, self.via, step_over=False)
+            new = next((i for i in ring if i["endpoint"] == endpoint), None)
+            after = next((i for i in ring if i["endpoint"] == decision.node), None)
+            return (new is not None and after is not None and after["predecessor"] is not None
+                    and after["predecessor"]["endpoint"] == endpoint)
+
+        out = {"started": endpoint, "pid": proc.pid, **self._settle(joined, [proc])}
+        if not out["ok"]:  # stopped by _settle: not ours to take away later
+            self.spawner.procs.pop(endpoint, None)
+            self.scaler.started.remove(endpoint)
+        return out
+
+    def _shrink(self, decision: Decision) -> dict:
+        self.client.leave(decision.node)
+        proc = self.spawner.procs.pop(decision.node, None)
+        if self.via == decision.node:
+            self.via = next(i["endpoint"] for i in self.previous or () if i["endpoint"] != decision.node)
+
+        def gone() -> bool:
+            ring, _ = walk(self.client, self.via, step_over=False)
+            return all(i["endpoint"] != decision.node for i in ring) and (proc is None or proc.poll() is not None)
+
+        out = self._settle(gone, [])
+        if proc is not None and proc.poll() is None:
+            stop_processes([proc], grace=REAP_GRACE)
+        return out
+
+    def _settle(self, done: Callable[[], bool], cleanup: list[subprocess.Popen]) -> dict:
+        """Poll `done` until it holds; a change that does not settle in SETTLE_TIMEOUT is reported failed
+        (and a process it started is stopped), and the cool-down still applies."""
+        t0 = time.monotonic()
+        error = None
+        while True:
+            try:
+                if done():
+                    break
+            except DhtError as exc:
+                error = str(exc)
+                if "exited" in error:
+                    break
+            if time.monotonic() - t0 > SETTLE_TIMEOUT:
+                error = error or f"not settled within {SETTLE_TIMEOUT:g} s"
+                break
+            time.sleep(0.1)  # polling a condition with a deadline
+        if error is not None:
+            stop_processes(cleanup, grace=3)
+        return {"settled_s": round(time.monotonic() - t0, 3), "ok": error is None, "error": error}

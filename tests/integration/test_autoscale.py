@@ -1,0 +1,155 @@
+"""`chordpub ring autoscale` on a live ring: a ring of 3 whose topics all hash into one node's arc grows,
+each new node splitting the hottest arc at the median of its keys, until records per node are within
+2× of the mean; no registration and no reliable message is lost while nodes join; when the topics go
+it shrinks back to its minimum by graceful leaves. Real node processes, a real scaler process.
+
+To see it fail: make `dht.scaling.split_point` return the arc's midpoint whatever the keys (the skewed
+topics below sit in the first part of the arc, so each split takes fewer than half and the ring
+reaches --max without coming under 2), or make `_shrink` kill the node instead of asking it to leave
+(records are lost: the sum below falls).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+from dht.client import DhtClient
+from dht.ids import in_half_open, key_id
+from dht.ringcheck import evaluate, walk
+from tests.conftest import PERIOD, one_error_line, run_cli
+
+TOPICS = 3000
+RELIABLE = 4  # of the hot topics, carry a reliable stream while the ring grows
+SPAWN = ("{python} -m chordpub node start --host {host} --port {port} --join {join} --id {id} --bits {bits} "
+         f"--successors {{successors}} --replicas {{replicas}} --stabilize {PERIOD}")
+
+
+def hot_topics(pred: int, node: int, n: int) -> list[str]:
+    """n topic names whose ids lie in the first quarter of the arc (pred, node]: skewed within it too."""
+    size = 1 << 64
+    quarter = ((node - pred) % size) // 4
+    names: list[str] = []
+    i = 0
+    while len(names) < n:
+        name = f"hot/{i}"
+        if in_half_open(key_id(name), pred, (pred + quarter) % size):
+            names.append(name)
+        i += 1
+    return names
+
+
+def records(dht: DhtClient, via: str) -> list[int]:
+    """Records owned per node, on a consistent ring (else []: mid-join, a node's keys are met twice or
+    not at all)."""
+    infos, problems = walk(dht, via, step_over=False)
+    consistent = evaluate(infos, problems, 64)["consistent"]
+    return [i["load"]["records"] for i in infos] if consistent else []
+
+
+def looks(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factory, procs, tmp_path):
+    ring = ring_factory()
+    ring.start(3)
+    ring.wait_consistent(timeout=60)
+    seed = ring.nodes[0].endpoint
+    ids = sorted(n.id for n in ring.nodes)
+    topics = hot_topics(ids[-1], ids[0], TOPICS)  # the arc of the lowest id wraps past 0
+    publisher, subscriber = Client(seed, heartbeat=0.5), Client(seed, heartbeat=0.5)
+    started_pids: list[int] = []
+    scaler = None
+    try:
+        got: dict[str, list[int]] = {t: [] for t in topics[:RELIABLE]}
+        for t in topics[:RELIABLE]:
+            subscriber.subscribe(t, reliable=True, callback=lambda m, t=t: got[t].append(int(m.payload)))
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda t: publisher.advertise(t, reliable=t in got), topics))
+        dht = DhtClient(seed)
+        assert sorted(records(dht, seed)) == [0, 0, TOPICS]
+
+        sent = {t: 0 for t in got}
+        stop = threading.Event()
+
+        def stream() -> None:
+            while not stop.is_set():
+                for t in got:
+                    sent[t] += 1
+                    publisher.publish(t, str(sent[t]))
+                stop.wait(0.01)  # a steady stream, not a flood
+
+        streamer = threading.Thread(target=stream)
+        streamer.start()
+        scaler = procs("scaler", "ring", "autoscale", seed, "--high", "1200", "--low", "100", "--min", "3",
+                       "--max", "8", "--patience", "2", "--interval", "0.5", "--cooldown", "1", "--spawn",
+                       SPAWN, "--json", "--log-dir", str(tmp_path / "spawned"))
+        log_path = tmp_path / "scaler.log"
+
+        held: list[int] = []  # the ring's record count at each poll while it grows
+
+        def balanced() -> bool:
+            started_pids[:] = [x["pid"] for x in looks(log_path) if x["action"] == "grow" and x.get("pid")]
+            counts = records(dht, seed)
+            held.append(sum(counts) if counts else TOPICS)  # a walk met a node mid-join: no figure
+            # the scaler logs a grow once its node has joined: every node beyond 3 is in the log
+            return (len(counts) == 3 + len(started_pids) > 3 and sum(counts) == TOPICS
+                    and max(counts) < 2 * TOPICS / len(counts))
+
+        wait_for(balanced, 120, interval=0.2, what="records per node within 2x of the mean")
+        assert min(held) == TOPICS, f"registrations lost while nodes joined: {sorted(set(held))[:5]}"
+        scaled = looks(log_path)
+        seen = [round(x["mean"] * x["nodes"]) for x in scaled if x.get("mean") is not None]
+        assert seen and min(seen) == TOPICS, seen  # and at every look of the scaler
+        grows = [x for x in scaled if x["action"] == "grow"]
+        assert all(x["ok"] for x in grows), grows
+        assert len(grows) <= 5  # --max 8 from 3: a bounded number of steps
+        assert all(x["max_over_mean"] is not None and x["max"] > 1200 for x in grows)  # the figures that made it
+        stop.set()
+        streamer.join()
+        wait_for(lambda: all(got[t] == list(range(1, sent[t] + 1)) for t in got), 30,
+                 what="every reliable message, once, in order")
+        assert sum(sent.values()) > 100
+
+        publisher.close()
+        subscriber.close()
+
+        def shrunk() -> bool:  # the scaler logs a leave once the walk no longer meets the node
+            done = [x for x in looks(log_path) if x["action"] == "shrink"]
+            return len(done) == len(grows) and records(dht, seed) == [0, 0, 0]
+
+        wait_for(shrunk, 120, interval=0.2, what="the ring shrunk back to 3 nodes")
+        shrinks = [x for x in looks(log_path) if x["action"] == "shrink"]
+        assert all(x["ok"] for x in shrinks), shrinks
+        assert {n.endpoint for n in ring.nodes} == {i["endpoint"] for i in walk(dht, seed)[0]}  # ours left first
+        dht.close()
+    finally:
+        publisher.close()
+        subscriber.close()
+        if scaler is not None:
+            scaler.send_signal(signal.SIGINT)
+        for pid in started_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_autoscale_refuses_bad_input_in_one_line(tmp_path):
+    for args, words in (
+        (["--high", "10", "--low", "20"], ("thresholds out of order",)),
+        (["--high", "10", "--spawn", "chordpub node start --join {join}"], ("{port}",)),
+        (["--high", "10", "--spawn", "x --port {port} {nope}"], ("placeholder",)),
+        (["--high", "10", "--min", "5", "--max", "2"], ("--min",)),
+        (["--high", "10", "--metric", "weight"], ("--metric",)),
+    ):
+        proc = run_cli("ring", "autoscale", "127.0.0.1:1", *args)
+        one_error_line(proc, *words)
+        assert proc.returncode == 2
