@@ -1,4 +1,8 @@
-"""dht/scaling.py: where a new node splits a hot arc, and when the scaler grows, shrinks or holds."""
+"""dht/scaling.py: where a new node splits a hot arc, and when the scaler grows, shrinks or holds.
+
+To see it fail: make `split_point` return the arc's midpoint whatever the keys (the keys below crowd the
+arc's first tenth: the new node gets all of them, not half), or drop the `looks < p.patience` check in
+`Scaler.decide` (it grows on the first look above)."""
 
 from __future__ import annotations
 
