@@ -96,6 +96,8 @@ def pns_cmd(
     topo: str = typer.Option("waxman,n=10,max_delay=30", help="Topology spec whose links have differing delays "
                              "(waxman, transit_stub, barabasi_albert ...)."),
     pns: int = typer.Option(4, min=2, max=64, help="PNS samples K for the second ring."),
+    prs: bool = typer.Option(False, "--prs", help="Also a third ring with PNS K and proximity route selection "
+                             "for the last hop (node start --prs), beside the simulator's prediction for it."),
     keys: int = typer.Option(30, min=1, help="Keys each host looks up (the same keys from every host)."),
     stabilize: float = typer.Option(2.0, min=0.05, help="Seconds between the nodes' maintenance rounds (a call "
                                     "times out after half of it, at most 1 s)."),
@@ -112,7 +114,7 @@ def pns_cmd(
     One node per host; the ring runs first as plain Chord, then with --pns K (same ids: an id is
     the hash of the node's address). Every host looks up the same keys iteratively at its own node.
     The simulator routes the same lookups over the same network (the tree Mininet emulates) and
-    predicts the fraction PNS takes off the median latency."""
+    predicts the fraction PNS takes off the median latency (and, with --prs, PNS and PRS together)."""
     import time
 
     from dht.ids import key_id, owner_of
@@ -138,6 +140,9 @@ def pns_cmd(
         graph_node = {name: v for v, name in net.names.items()}
         runs = {k: run_ring_lookups(hosts, k, keys_file, run_dir / "logs", stabilize, successors, progress=progress)
                 for k in (0, pns)}
+        if prs:
+            runs["prs"] = run_ring_lookups(hosts, pns, keys_file, run_dir / "logs", stabilize, successors,
+                                           progress=progress, prs=True)
     nodes = runs[0]["nodes"]
     ids = [n["id"] for n in nodes]
     live = {}
@@ -150,7 +155,7 @@ def pns_cmd(
                    "settle_s": r["settle_s"]}
     rows = runs[0]["lookups"]
     predicted = predict_live(emu, [graph_node[n["host"]] for n in nodes], ids, [x["origin"] for x in rows],
-                             [key_id(x["key"]) for x in rows], pns, successors=successors)
+                             [key_id(x["key"]) for x in rows], pns, successors=successors, prs=prs)
     reduction = 1 - live[pns]["p50_ms"] / live[0]["p50_ms"]
     # where the simulator had a choice to make, did the live nodes make the same one?
     same = total = 0
@@ -167,6 +172,11 @@ def pns_cmd(
               "predicted": {k: v for k, v in predicted.items() if k not in ("owners", "fingers")},
               "finger_agreement": agreement,
               "difference": reduction - predicted["reduction"], "dir": str(run_dir)}
+    if prs:  # the same figure for PNS + PRS, both off plain Chord's median
+        prs_reduction = 1 - live["prs"]["p50_ms"] / live[0]["p50_ms"]
+        result["live"].update(prs_p50_ms=live["prs"]["p50_ms"], prs_mean_hops=live["prs"]["mean_hops"],
+                              prs_reduction=prs_reduction)
+        result["prs_difference"] = prs_reduction - predicted["prs_reduction"]
     (run_dir / "pns.json").write_text(json.dumps(result, indent=2) + "\n")
     if as_json:
         typer.echo(json.dumps(result))
@@ -176,5 +186,10 @@ def pns_cmd(
                f"{'':22}{'plain p50 ms':>14}{'PNS(' + str(pns) + ') p50 ms':>16}{'reduction':>11}\n"
                f"{'live (Mininet)':22}{live[0]['p50_ms']:>14.1f}{live[pns]['p50_ms']:>16.1f}{reduction:>11.2f}\n"
                f"{'simulator':22}{p['plain_p50_ms']:>14.1f}{p['pns_p50_ms']:>16.1f}{p['reduction']:>11.2f}\n"
-               f"difference {result['difference']:+.2f}; the live nodes chose the simulator's finger in "
+               + (f"{'PNS+PRS live':22}{'':>14}{live['prs']['p50_ms']:>16.1f}{result['live']['prs_reduction']:>11.2f}\n"
+                  f"{'PNS+PRS simulator':22}{'':>14}{p['prs_p50_ms']:>16.1f}{p['prs_reduction']:>11.2f}\n"
+                  if prs else "") +
+               f"difference {result['difference']:+.2f}"
+               + (f" (PNS+PRS {result['prs_difference']:+.2f})" if prs else "")
+               + f"; the live nodes chose the simulator's finger in "
                f"{agreement:.0%} of the levels PNS decides; results in {run_dir}/pns.json")

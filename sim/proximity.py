@@ -104,8 +104,10 @@ def compare(ring: Ring, model: LatencyModel, k: int, count: int, seed: int | Non
 
 def stretch_curve(nodes: list[int], samples: tuple[int, ...] = PNS_SAMPLES,
                   topologies: tuple[str, ...] = STRETCH_TOPOLOGIES, lookup_count: int = 20_000,
-                  seed: int = 0, iterative: bool = False, progress=None) -> list[dict]:
-    """Median and mean stretch against N for each K and delay model: the PNS figure's rows."""
+                  seed: int = 0, iterative: bool = False, progress=None, prs: bool = False) -> list[dict]:
+    """Median and mean stretch against N for each K and delay model: the PNS figure's rows ("prs":
+    false); with `prs`, each K's lookups again with proximity route selection for the last hop, the
+    same keys from the same nodes ("prs": true)."""
     rows = []
     done = 0
     for spec in topologies:
@@ -114,13 +116,16 @@ def stretch_curve(nodes: list[int], samples: tuple[int, ...] = PNS_SAMPLES,
             model = from_spec(spec, n, seed)
             first = lookups(ring, lookup_count, seed=seed + n + 1, latency=model, iterative=iterative)
             for k in samples:
-                batch = first if k < 2 else lookups(ring, lookup_count, keys=first.keys, origins=first.origins,
-                                                    latency=model, iterative=iterative,
-                                                    fingers=pns_fingers(ring, k, model))
-                s = {**stretch_summary(stretch(ring, batch, model, iterative)),
-                     **stretch_summary(stretch(ring, batch, model, iterative, reached=True), "stretch_reached")}
-                rows.append({"topology": spec, "nodes": n, "pns": k, "mean_hops": float(batch.hops.mean()),
-                             "latency_p50_ms": float(np.percentile(batch.latency_ms, 50)), **s})
+                fingers = None if k < 2 else pns_fingers(ring, k, model)
+                for last_hop in (False, True) if prs else (False,):
+                    batch = first if fingers is None and not last_hop else lookups(
+                        ring, lookup_count, keys=first.keys, origins=first.origins, latency=model,
+                        iterative=iterative, fingers=fingers, prs=last_hop)
+                    s = {**stretch_summary(stretch(ring, batch, model, iterative)),
+                         **stretch_summary(stretch(ring, batch, model, iterative, reached=True), "stretch_reached")}
+                    rows.append({"topology": spec, "nodes": n, "pns": k, "prs": last_hop,
+                                 "mean_hops": float(batch.hops.mean()),
+                                 "latency_p50_ms": float(np.percentile(batch.latency_ms, 50)), **s})
                 done += 1
                 if progress:
                     progress(done)
@@ -128,11 +133,12 @@ def stretch_curve(nodes: list[int], samples: tuple[int, ...] = PNS_SAMPLES,
 
 
 def predict_live(graph, node_hosts: list, node_ids: list[int], origin_ids: list[int], key_ids: list[int],
-                 k: int, bits: int = 64, successors: int = 8) -> dict:
+                 k: int, bits: int = 64, successors: int = 8, prs: bool = False) -> dict:
     """What the simulator predicts for a live ring: nodes `node_ids` on the hosts `node_hosts` of
     `graph` (the network the processes run on, link delays in ms), iterative lookups of `key_ids`
     from the nodes `origin_ids`, with plain fingers and with PNS(k). Returns both latencies' p50 and
-    the fraction PNS takes off, the figure to hold the live run to."""
+    the fraction PNS takes off, the figure to hold the live run to; with `prs`, also PNS(k) with
+    proximity route selection for the last hop ("prs_p50_ms", "prs_reduction": off plain Chord's)."""
     from sim.latency import TopologyLatency, shortest_delays
     from sim.ring import ring_from_ids
     from topologies.graphs import hosts
@@ -149,9 +155,16 @@ def predict_live(graph, node_hosts: list, node_ids: list[int], origin_ids: list[
                   fingers=pns_fingers(ring, k, model))
     p0, p1 = float(np.percentile(plain.latency_ms, 50)), float(np.percentile(pns.latency_ms, 50))
     ft = pns_fingers(ring, k, model)
+    extra = {}
+    if prs:
+        last = lookups(ring, len(keys), keys=keys, origins=origins, latency=model, iterative=True, fingers=ft,
+                       prs=True)
+        p2 = float(np.percentile(last.latency_ms, 50))
+        extra = {"prs_p50_ms": p2, "prs_reduction": 1 - p2 / p0 if p0 > 0 else 0.0,
+                 "prs_mean_hops": float(last.hops.mean())}
     order = np.argsort(ring.real)  # position of each real node, i.e. of node_ids[i]
     chosen = {node_ids[i]: {j: int(ring.ids[ft.table[j - ft.base, order[i]]]) for j in range(ft.base, bits)}
               for i in range(len(node_ids))}
     return {"fingers": chosen, "plain_p50_ms": p0, "pns_p50_ms": p1, "reduction": 1 - p1 / p0 if p0 > 0 else 0.0,
             "plain_mean_hops": float(plain.hops.mean()), "pns_mean_hops": float(pns.hops.mean()),
-            "owners": [int(ring.ids[o]) for o in plain.owners]}
+            "owners": [int(ring.ids[o]) for o in plain.owners], **extra}

@@ -28,35 +28,37 @@ class ProximityRunError(RuntimeError):
 
 def run_ring_lookups(net: MininetHosts, pns: int, keys_file: Path, logs: Path, stabilize: float = 1.0,
                      successors: int = 8, timeout: float = 120.0,
-                     progress: Callable[[str], None] = lambda _m: None) -> dict:
-    """Start the ring with --pns `pns`, wait until it has settled, look up every key from every host.
+                     progress: Callable[[str], None] = lambda _m: None, prs: bool = False) -> dict:
+    """Start the ring with --pns `pns` (and --prs), wait until it has settled, look up every key from
+    every host.
 
     Returns {"nodes": [{"host", "endpoint", "id"}], "lookups": [{"host", "key", "ok", "owner", "hops",
     "ms"}], "settle_s"}."""
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
     nodes: list[dict] = []
+    tag = f"pns{pns}" + ("-prs" if prs else "")
     try:
         first = None
         for host in net.names:
-            ready = logs / f"pns{pns}-{host}.ready"
+            ready = logs / f"{tag}-{host}.ready"
             ready.unlink(missing_ok=True)
             args = ["node", "start", "--host", net.ip(host), "--port", str(NODE_PORT), "--stabilize", str(stabilize),
                     "--pns", str(pns), "--successors", str(successors), "--no-relay", "--ready-file", str(ready),
-                    "--log-level", "WARNING"]
+                    "--log-level", "WARNING"] + (["--prs"] if prs else [])
             if first:
                 args += ["--join", first]
-            with open(logs / f"pns{pns}-{host}.log", "ab") as log:
+            with open(logs / f"{tag}-{host}.log", "ab") as log:
                 procs.append(net.popen(host, [sys.executable, "-m", "chordpub", *args], stdout=log, stderr=log))
-            info = _await_ready(procs[-1], ready, logs / f"pns{pns}-{host}.log")
+            info = _await_ready(procs[-1], ready, logs / f"{tag}-{host}.log")
             nodes.append({"host": host, "endpoint": info["endpoint"], "id": int(info["id"])})
             first = first or info["endpoint"]
-        progress(f"PNS {pns}: {len(nodes)} nodes started; waiting for the fingers to settle")
+        progress(f"{tag}: {len(nodes)} nodes started; waiting for the fingers to settle")
         t0 = time.monotonic()
         fingers = _await_settled(net, nodes, pns, t0 + timeout)
         settle_s = time.monotonic() - t0
-        progress(f"PNS {pns}: settled after {settle_s:.1f} s; looking up")
-        lookups = _lookups(net, nodes, keys_file, logs, pns, timeout)
+        progress(f"{tag}: settled after {settle_s:.1f} s; looking up")
+        lookups = _lookups(net, nodes, keys_file, logs, tag, timeout)
         return {"nodes": nodes, "lookups": lookups, "settle_s": round(settle_s, 2), "fingers": fingers}
     finally:
         for p in procs:
@@ -129,15 +131,15 @@ def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: flo
     raise ProximityRunError(f"the ring did not settle: {report.get('problems') or report}")
 
 
-def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, pns: int,
+def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, tag: str,
              timeout: float) -> list[dict]:
     """Every key looked up from every host, one host after another: run at once, each lookup process
     would be timed while the others start (a Python process's start-up is CPU the nodes then lack),
     and the latencies would measure this machine's load rather than the links."""
     rows = []
     for n in nodes:
-        out = logs / f"pns{pns}-{n['host']}.lookups.json"
-        with open(out, "wb") as f, open(logs / f"pns{pns}-{n['host']}.log", "ab") as err:
+        out = logs / f"{tag}-{n['host']}.lookups.json"
+        with open(out, "wb") as f, open(logs / f"{tag}-{n['host']}.log", "ab") as err:
             proc = net.popen(n["host"], [sys.executable, "-m", "chordpub", "node", "lookups", n["endpoint"],
                                          "--keys", str(keys_file), "--json"], stdout=f, stderr=err)
         try:

@@ -68,11 +68,16 @@ def test_the_live_node_picks_the_known_nearest_sample_on_a_hand_made_star(clean_
 
 def test_pns_lowers_live_lookup_latency_by_the_fraction_the_simulator_predicts(clean_host, tmp_path):
     proc = run_cli("mininet", "pns", "--topo", "waxman,n=6,max_delay=30", "--stabilize", "1", "--pns", "4",
-                   "--keys", "12", "--out", str(tmp_path / "pns"), "--json", timeout=600)
+                   "--prs", "--keys", "12", "--out", str(tmp_path / "pns"), "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["nodes"] == 6 and result["lookups"] == 72
     assert result["predicted"]["reduction"] > 0.05  # this network gives PNS something to gain
     assert abs(result["difference"]) <= 0.1, result
+    # and the last hop: PNS + PRS, live against the simulator's prediction, off plain Chord's median
+    predicted = result["predicted"]
+    assert predicted["prs_mean_hops"] < predicted["pns_mean_hops"], predicted  # PRS has hops to save here
+    assert result["live"]["prs_mean_hops"] < result["live"]["pns_mean_hops"], result["live"]
+    assert abs(result["prs_difference"]) <= 0.1, result
     assert result["finger_agreement"] >= 0.9, result
     assert json.loads((tmp_path / "pns" / "pns.json").read_text())["difference"] == result["difference"]
