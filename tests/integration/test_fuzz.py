@@ -39,7 +39,9 @@ from pubsub.registration import Registration
 from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import STRANGER_LIMIT, TopicState
 
-SIZES = [pytest.param(300, id="300"), pytest.param(10_000, id="10k", marks=pytest.mark.slow)]
+# the full size takes minutes of CPU, more when the suite's other workers compute too: a longer timeout
+SIZES = [pytest.param(300, id="300"),
+         pytest.param(10_000, id="10k", marks=[pytest.mark.slow, pytest.mark.timeout(900)])]
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
            | st.floats(allow_nan=True) | st.text(max_size=30) | st.binary(max_size=40))
