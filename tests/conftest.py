@@ -15,29 +15,24 @@ PERIOD = 0.2  # stabilization period used by the ring tests (seconds)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # the suite's longest chains, started first when it is spread over workers (pytest-xdist)
 FIRST = ("mininet", "spark", "test_chaos", "test_fuzz", "notebook")
-# modules whose tests share nothing but take long: each test is a job of its own (spread over workers)
-SPREAD = ("tests/integration/test_fuzz.py",)
 
 
 def suite_group(nodeid: str) -> str:
     """The worker queue a test must share: every Mininet test one (one emulated network at a time),
     every Spark test one (one JVM), each other module one (its module-scoped ring is started once); a
-    notebook, and a test of a SPREAD module, is a job of its own."""
+    notebook is a job of its own."""
     path = nodeid.split("::", 1)[0]
     if path.startswith("tests/mininet/"):
         return "mininet"
     if path.startswith("tests/spark/"):
         return "spark"
-    return nodeid if path.endswith(".ipynb") or path in SPREAD else path
+    return nodeid if path.endswith(".ipynb") else path
 
 
-def _rank(item: pytest.Item) -> tuple[int, bool]:
-    path = item.nodeid.split("::", 1)[0]
-    name = "notebook" if path.endswith(".ipynb") else suite_group(path)
-    name = Path(name).stem if "/" in name else name
-    # a spread module's full-size (slow) tests before its quick ones
-    return (FIRST.index(name) if name in FIRST else len(FIRST),
-            path in SPREAD and item.get_closest_marker("slow") is None)
+def _rank(item: pytest.Item) -> int:
+    group = suite_group(item.nodeid)
+    name = "notebook" if group == item.nodeid else Path(group).stem if "/" in group else group
+    return FIRST.index(name) if name in FIRST else len(FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -66,10 +66,16 @@ def requests(schemas: wire.Schemas) -> st.SearchStrategy[bytes]:
     plausible = {"key_id": ids, "peer": peers, "predecessor": peers | st.none(), "successors": st.lists(peers),
                  "ttl": st.floats(min_value=-1, max_value=1e6) | values, "count": ids | values,
                  "from": ids | values, "to": ids | values | st.none(), "items": items | values}
-    body = st.fixed_dictionaries(
-        {"v": st.sampled_from([1, 1, 1, 2]) | values, "op": st.sampled_from([*schemas, "bogus"]) | values,
-         "id": ids | values},
-        optional={f: plausible.get(f, values) | values for f in fields})
+    def body_of(op: str) -> st.SearchStrategy[dict]:
+        """The op's own fields, each maybe present and of any type, and maybe a field of another op."""
+        own = schemas.get(op, {})
+        return st.fixed_dictionaries(
+            {"v": st.sampled_from([1, 1, 1, 2]) | values, "op": st.just(op) | values, "id": ids | values},
+            optional={f: plausible.get(f, values) | values for f in own}).flatmap(
+            lambda body: st.dictionaries(st.sampled_from(fields), values, max_size=1).map(lambda x: {**x, **body}))
+
+    # one op's fields at a time: as searching, and a third of the draws of all fields at once
+    body = st.sampled_from([*schemas, "bogus"]).flatmap(body_of)
     return body.map(_pack) | st.binary(max_size=200) | values.map(_pack)
 
 
