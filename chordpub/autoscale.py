@@ -168,6 +168,8 @@ class Autoscaler:
     def _shrink(self, decision: Decision) -> dict:
         self.client.leave(decision.node)
         proc = self.spawner.procs.pop(decision.node, None)
+        if decision.node in self.scaler.started:  # bounded by --max however long it runs
+            self.scaler.started.remove(decision.node)
         if self.via == decision.node:
             self.via = next(i["endpoint"] for i in self.previous or () if i["endpoint"] != decision.node)
 
