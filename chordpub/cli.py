@@ -126,5 +126,27 @@ def main() -> None:
     app()
 
 
+def run(*args: object) -> str:
+    """Run `chordpub ARGS` in this process, as the shell would run it, and return what it printed on
+    stdout; a command that fails raises RuntimeError with what it said on stderr. For notebooks and
+    scripts that run many commands: the simulator's compiled loops load once, not once a command."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    command = f"chordpub {' '.join(map(str, args))}"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = typer.main.get_command(app).main([str(a) for a in args], prog_name="chordpub",
+                                                    standalone_mode=False)
+    except Exception as exc:  # a usage error: what the shell would have printed before exit status 2
+        if not hasattr(exc, "format_message"):
+            raise
+        raise RuntimeError(f"{command}: {exc.format_message()}") from None
+    if code not in (None, 0):
+        raise RuntimeError(f"{command}: exit status {code}: {err.getvalue().strip()}")
+    return out.getvalue()
+
+
 if __name__ == "__main__":
     main()

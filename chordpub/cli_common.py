@@ -60,6 +60,13 @@ def check_source(source: str) -> None:
         fail(f"--source must be live or mininet, got {source!r}")
 
 
+def check_vnodes(vnodes: int) -> None:
+    from dht.ids import MAX_VNODES
+
+    if not 1 <= vnodes <= MAX_VNODES:
+        fail(f"--vnodes must be in 1..{MAX_VNODES} (ring positions in each node process), got {vnodes}")
+
+
 CURVE_HELP = "CURVE keys directory (from `chordpub keys generate`): encrypt, and authenticate to the ring."
 
 

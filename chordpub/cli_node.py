@@ -22,6 +22,7 @@ from chordpub.cli_common import (
     bind_option,
     check_acl,
     check_source,
+    check_vnodes,
     clean_errors,
     connect_timeout_option,
     curve_setup,
@@ -60,7 +61,11 @@ def node_start(
     probe_every: float = typer.Option(None, "--probe-every", min=0, max=3600, help="Seconds between probes of "
                                       "one remembered node outside the routing table, which find and merge a "
                                       "split ring (default: 2 stabilize periods; 0: never)."),
-    id: int = typer.Option(None, "--id", help="Node id; default key_id of the advertised 'host:port'."),
+    id: int = typer.Option(None, "--id", help="Node id (of its first position, with --vnodes); default key_id of "
+                           "the advertised 'host:port'."),
+    vnodes: int = typer.Option(1, "--vnodes", help="Ring positions (virtual nodes) this process holds, 1..256: "
+                               "position i > 0 is 'host:port/i' with the id of that string, all behind one socket; "
+                               "they spread the process's share of the keys (Chord's Fig. 9)."),
     bits: int = typer.Option(64, help="Identifier bits (8..128); every node of a ring must agree."),
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key: owner + replicas-1 successors."),
@@ -86,8 +91,10 @@ def node_start(
     metrics_port: int = metrics_port_option(),
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
-    from dht.node import ChordNode, NodeConfig, seed_list
+    from dht.host import ChordHost
+    from dht.node import NodeConfig, seed_list
 
+    check_vnodes(vnodes)
     check_source(source)
     output_file(trace, "--trace")
     setup_logging(log_level, log_file)
@@ -100,7 +107,7 @@ def node_start(
                         join=seeds or None, id=id, bits=check_bits(bits),
                         successors=successors, replicas=replicas, stabilize=stabilize, data_dir=data_dir,
                         pns=pns, prs=prs, join_timeout=connect_timeout, probe_every=probe_every, ports=ports,
-                        acl=acl)
+                        acl=acl, vnodes=vnodes)
     writer = None
     if trace is not None:
         from traces.writer import JsonlWriter
@@ -116,7 +123,7 @@ def node_start(
         relay_service = Relay(listen.bind, setup=setup, advertise=listen.host,
                               ports=(ports + 1, ports + 2) if ports else (0, 0), acl=acl).start()
         config.services.update(relay_service.services)
-    node = ChordNode(config, setup=setup)
+    node = ChordHost(config, setup=setup)
     node.relay = relay_service
     hops = None
     if metrics_port is not None:
@@ -125,13 +132,13 @@ def node_start(
         hops = LookupHops()
     lock = threading.Lock()
 
-    def record(found: Any) -> None:
+    def record(found: Any, origin: int) -> None:
         if hops is not None:
             hops.add(found)
         if writer is not None:
             with lock:
                 writer.write({"run": run, "source": source, "nodes": None, "key_id": found.key_id,
-                              "origin": node.me.id, "owner": found.owner.id if found.owner else None,
+                              "origin": origin, "owner": found.owner.id if found.owner else None,
                               "hops": found.hops, "timeouts": found.timeouts, "latency_ms": found.ms,
                               "ok": found.ok, "ts": time.time()})
 
@@ -156,17 +163,19 @@ def node_start(
         fail(node.join_error)
     if ready_file is not None:
         tmp = Path(f"{ready_file}.tmp")
-        tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid()}
+        tmp.write_text(json.dumps({"endpoint": node.endpoint, "id": node.me.id, "pid": os.getpid(),
+                                   "positions": [p.me.to_dict() for p in node.positions]}
                                   | ({"metrics": f"{listen.host}:{metrics.server_port}"} if metrics else {})))
         os.replace(tmp, ready_file)
-    logging.getLogger("chordpub").info("node %s id %d serving%s" + (
+    logging.getLogger("chordpub").info("node %s id %d serving%s%s" + (
         f"; metrics on http://{listen.host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint,
-        node.me.id, "" if listen.bind == listen.host else f" (bound on {listen.bind})")
+        node.me.id, "" if vnodes == 1 else f", with {vnodes} ring positions",
+        "" if listen.bind == listen.host else f" (bound on {listen.bind})")
     while not stop_requested.is_set() and not node.stopped.is_set():
         stop_requested.wait(0.2)
     if not node.stopped.is_set():
         node.leave()
-        node.wait(timeout=3 * node.timeout + 1)
+        node.wait(timeout=3 * node.timeout * vnodes + 1)  # each position hands over and says goodbye
     node.stop()
     if relay_service is not None:
         relay_service.close()
@@ -183,9 +192,9 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
     """Show a node's id, predecessor, successor list, fingers and key count."""
     with dht_client(endpoint, curve, connect_timeout) as client:
         info = client.info()
-    out = {k: info[k] for k in ("id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns",
-                                "records", "lookups_served", "neighbours_left", "remembered", "probes",
-                                "probe_bytes", "merges", "services", "denials")}
+    out = {k: info[k] for k in ("id", "endpoint", "process", "positions", "bind", "predecessor", "successors",
+                                "fingers", "keys", "pns", "records", "lookups_served", "neighbours_left",
+                                "remembered", "probes", "probe_bytes", "merges", "services", "denials")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -195,6 +204,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
         return "\n".join([
             f"node        {o['endpoint']}  id {o['id']}" + (f"  (PNS, {o['pns']} samples)" if o["pns"] else "")
             + ("" if o["bind"] == o["endpoint"] else f"  bound on {o['bind']}"),
+            *([f"process     {o['process']}: {len(o['positions'])} ring positions, "
+               + ", ".join(o["positions"])] if len(o["positions"]) > 1 else []),
             f"predecessor {peer_text(o['predecessor'])}",
             "successors  " + ", ".join(s["endpoint"] for s in o["successors"]),
             f"fingers     {len(distinct)} distinct: " + ", ".join(

@@ -14,6 +14,7 @@ from chordpub.cli_common import (
     CURVE_HELP,
     acl_option,
     check_acl,
+    check_vnodes,
     clean_errors,
     connect_timeout_option,
     curve_setup,
@@ -25,7 +26,9 @@ from chordpub.cli_common import (
     output_file,
     setup_logging,
 )
-from dht.ids import check_bits
+from dht.ids import check_bits, process_of
+
+SIM_TRIALS = 200  # random key sets the simulator draws for `ring load`'s keys per process
 
 ring_app = typer.Typer(help="Start a local ring of node processes; check, load, watch or draw a running ring.",
                        no_args_is_help=True)
@@ -42,6 +45,7 @@ def ring_up(
     successors: int = typer.Option(8, help="Successor-list length r."),
     replicas: int = typer.Option(3, help="Copies of each key."),
     stabilize: float = typer.Option(0.5, help="Seconds between maintenance rounds."),
+    vnodes: int = typer.Option(1, "--vnodes", help="Ring positions (virtual nodes) each node process holds."),
     log_dir: Path = typer.Option(None, help="The run directory: node logs and ready files go here "
                                  "(default: runs/ring-DATE-TIME)."),
     wait: float = typer.Option(60.0, help="Seconds to wait for a consistent ring (0: don't wait)."),
@@ -58,9 +62,10 @@ def ring_up(
 
     check_bits(bits)
     check_acl(acl, curve)
+    check_vnodes(vnodes)
     workdir = log_dir or Path("runs") / time.strftime("ring-%Y%m%d-%H%M%S")
     options = {"bits": bits, "successors": successors, "replicas": replicas, "stabilize": stabilize,
-               "curve": curve, "acl": acl}
+               "curve": curve, "acl": acl, "vnodes": vnodes if vnodes > 1 else None}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -71,7 +76,8 @@ def ring_up(
             typer.echo(f"{n.endpoint}  id {n.id}")
         if wait > 0:
             report, took = ring.wait_consistent(wait)
-            typer.echo(f"ring of {report['nodes']} nodes consistent after {took:.1f}s; "
+            typer.echo(f"ring of {report['nodes']} " + (f"positions on {report['processes']} " if vnodes > 1 else "")
+                       + f"nodes consistent after {took:.1f}s; "
                        f"endpoints in {file}, logs in {workdir}; Ctrl-C stops it")
         while not stop.is_set():
             if not ring.live:
@@ -83,7 +89,8 @@ def ring_up(
 @ring_app.command("check")
 @clean_errors
 def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H:P."),
-               expect: int = typer.Option(None, help="Also require exactly this many nodes."),
+               expect: int = typer.Option(None, help="Also require exactly this many nodes (ring positions, when "
+                                          "nodes hold several: --vnodes)."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
                connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
@@ -94,7 +101,9 @@ def ring_check(endpoint: str = typer.Argument(..., help="Any node of the ring, H
         report = check_ring(client, expected=expect)
 
     def human(o: dict) -> str:
-        lines = [f"nodes {o['nodes']}  consistent {o['consistent']}  fingers correct "
+        nodes = f"nodes {o['nodes']}" if o["processes"] == o["nodes"] else \
+            f"positions {o['nodes']} on {o['processes']} nodes"
+        lines = [f"{nodes}  consistent {o['consistent']}  fingers correct "
                  f"{o['fingers_correct']:.1%}  successor lists correct {o['successors_correct']:.1%}"]
         lines += [f"  {m['endpoint']} bound on {m['bind']}" for m in o["members"] if m["bind"] != m["endpoint"]]
         lines += [f"  problem: {p}" for p in o["problems"]]
@@ -112,10 +121,11 @@ def ring_load(endpoint: str = typer.Argument(..., help="Any node of the ring, H:
               curve: Path = typer.Option(None, help=CURVE_HELP),
               connect_timeout: float = connect_timeout_option(),
               as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """What each node carries: records owned, and per second registrations, renewals, lookup steps,
-    relay messages, bytes in and out (from two walks of the ring --interval seconds apart); then how
-    evenly, as the ring's max/mean and p99/mean of each."""
-    from dht.load import FIGURES, report
+    """What each node carries: records and keys owned, and per second registrations, renewals, lookup
+    steps, relay messages, bytes in and out (from two walks of the ring --interval seconds apart); then how
+    evenly, as the ring's max/mean and p99/mean of each. Nodes that hold several ring positions (--vnodes)
+    are also summed per process, beside what the simulator predicts for keys per process on the same ids."""
+    from dht.load import FIGURES, report, spread
     from dht.ringcheck import walk
 
     if not 0.1 <= interval <= 3600:
@@ -124,20 +134,44 @@ def ring_load(endpoint: str = typer.Argument(..., help="Any node of the ring, H:
         first, _ = walk(client, endpoint)
         time.sleep(interval)  # the span the rates are measured over
         second, problems = walk(client, endpoint)
-    out = {**report(first, second), "interval": interval, "problems": problems}
+    out = {**report(first, second), "interval": interval, "problems": problems, "simulated": None}
+    if any(p["positions"] > 1 for p in out["processes"]) and int(second[0].get("bits") or 64) <= 64:
+        from sim.load import keys_per_process
+
+        names = [p["process"] for p in out["processes"]]
+        keys = sum(n["keys"] or 0 for n in out["nodes"])
+        trials = keys_per_process([n["id"] for n in out["nodes"]],
+                                  [names.index(process_of(n["endpoint"])) for n in out["nodes"]], keys,
+                                  int(second[0].get("bits") or 64), trials=SIM_TRIALS)
+        rows = [spread([int(c) for c in row]) for row in trials]
+        out["simulated"] = {"keys": keys, "trials": SIM_TRIALS, "keys_per_process": {
+            k: sum(r[k] for r in rows) / len(rows) if keys else None for k in ("max_over_mean", "p99_over_mean")}}
 
     def human(o: dict) -> str:
         def cell(v: float | None, fmt: str = ".1f") -> str:
-            return "-" if v is None else format(v, fmt)
+            return "-" if v is None else format(v, "d" if isinstance(v, int) else fmt)
 
-        head = ["node", "records", "reg/s", "renew/s", "steps/s", "relay/s", "in B/s", "out B/s"]
-        lines = ["  ".join(f"{h:>10s}" if i else f"{h:22s}" for i, h in enumerate(head))]
-        for n in o["nodes"]:
-            lines.append("  ".join([f"{n['endpoint']:22s}", f"{n['records']:>10d}"] +
-                                   [f"{cell(n[k]):>10s}" for k in FIGURES[1:]]))
-        for what in ("max_over_mean", "p99_over_mean"):
-            lines.append("  ".join([f"{what.replace('_over_', '/'):22s}"] +
-                                   [f"{cell(o['ring'][k][what], '.2f'):>10s}" for k in FIGURES]))
+        def table(rows: list[dict], name: str, spreads: dict) -> list[str]:
+            head = [name, "records", "keys", "reg/s", "renew/s", "steps/s", "relay/s", "in B/s", "out B/s"]
+            lines = ["  ".join(f"{h:>10s}" if i else f"{h:22s}" for i, h in enumerate(head))]
+            for n in rows:
+                lines.append("  ".join([f"{n[name if name == 'process' else 'endpoint']:22s}"] +
+                                       [f"{cell(n[k]):>10s}" for k in FIGURES]))
+            for what in ("max_over_mean", "p99_over_mean"):
+                lines.append("  ".join([f"{what.replace('_over_', '/'):22s}"] +
+                                       [f"{cell(spreads[k][what], '.2f'):>10s}" for k in FIGURES]))
+            return lines
+
+        lines = table(o["nodes"], "node", o["ring"])
+        if any(p["positions"] > 1 for p in o["processes"]):
+            lines += [""] + table(o["processes"], "process", o["per_process"])
+            sim = o["simulated"]
+            if sim is not None and sim["keys"]:
+                live = o["per_process"]["keys"]
+                lines.append(f"keys per process p99/mean {live['p99_over_mean']:.2f} (max/mean "
+                             f"{live['max_over_mean']:.2f}); the simulator, same ids, {sim['keys']} random keys, "
+                             f"{sim['trials']} trials: {sim['keys_per_process']['p99_over_mean']:.2f} "
+                             f"({sim['keys_per_process']['max_over_mean']:.2f})")
         lines += [f"problem: {p}" for p in o["problems"]]
         return "\n".join(lines)
 

@@ -72,12 +72,18 @@ class NodeProcess:
     id: int
     proc: subprocess.Popen
     log_path: Path
+    positions: list[dict] = field(default_factory=list)  # its ring positions ({"id", "endpoint"}), with --vnodes
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def vnodes(self) -> int:
+        return max(len(self.positions), 1)
+
     def to_dict(self) -> dict:
-        return {"id": self.id, "endpoint": self.endpoint, "pid": self.proc.pid, "log": str(self.log_path)}
+        return {"id": self.id, "endpoint": self.endpoint, "pid": self.proc.pid, "log": str(self.log_path),
+                **({"positions": self.positions} if len(self.positions) > 1 else {})}
 
 
 def node_command(host: str, port: int, join: str | None, ready_file: Path,
@@ -124,7 +130,7 @@ def await_ready(proc: subprocess.Popen, workdir: Path, name: str, timeout: float
         return None
 
     info = wait_for(check, timeout, what=f"node {name} ready")
-    return NodeProcess(info["endpoint"], int(info["id"]), proc, log)
+    return NodeProcess(info["endpoint"], int(info["id"]), proc, log, info.get("positions") or [])
 
 
 def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
@@ -206,6 +212,11 @@ class LocalRing:
     def live(self) -> list[NodeProcess]:
         return [n for n in self.nodes if n.alive()]
 
+    @property
+    def positions(self) -> int:
+        """Ring positions of the live nodes: what a walk of the ring meets."""
+        return sum(n.vnodes for n in self.live)
+
     def kill(self, node: NodeProcess) -> None:
         node.proc.send_signal(signal.SIGKILL)
         node.proc.wait(timeout=5)
@@ -214,7 +225,7 @@ class LocalRing:
               step_over: bool = False) -> dict:
         """`ring check` from `via`; a poll by default: a dead successor ends the walk (not consistent)."""
         with DhtClient(via or self.live[0].endpoint, timeout=timeout, retries=0, setup=self.setup) as client:
-            return check_ring(client, expected=expected if expected is not None else len(self.live),
+            return check_ring(client, expected=expected if expected is not None else self.positions,
                               step_over=step_over)
 
     def wait_consistent(self, timeout: float, fingers: bool = False) -> tuple[dict, float]:
@@ -231,7 +242,7 @@ class LocalRing:
             nonlocal last
             try:
                 via = self.live[0].endpoint
-                last = check_ring(client, start=via, expected=len(self.live), step_over=False, split_wait=0.2)
+                last = check_ring(client, start=via, expected=self.positions, step_over=False, split_wait=0.2)
             except Exception as exc:  # a node mid-start may not answer yet: keep polling
                 last = {"consistent": False, "problems": [str(exc)]}
                 return False

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from dht.client import DhtClient, DhtError
 from dht.ringcheck import evaluate, split_problems, walk
-from dht.ringview import DEAD, DETACHED, LEFT, NEW, RingView, Row
+from dht.ringview import DEAD, DETACHED, LEFT, NEW, RingView, Row, by_process
 
 STYLES = {NEW: "cyan", LEFT: "yellow", DEAD: "bold red", DETACHED: "magenta"}
 
@@ -78,7 +78,7 @@ def look(client: DhtClient, endpoint: str, view: RingView, now: float) -> dict:
     report = evaluate(infos, problems, int(infos[0].get("bits") or 64)) if infos else {
         "nodes": 0, "consistent": False, "problems": ["no node of the ring answers"]}
     return {"time": time.time(), "via": endpoint, "nodes": len(infos), "consistent": report["consistent"],
-            "problems": report["problems"], "rows": [r.to_dict() for r in rows],
+            "problems": report["problems"], "rows": [r.to_dict() for r in rows], "processes": by_process(rows),
             "events": [{"ago_s": round(now - t, 3), "event": e} for t, e in view.recent_events()]}
 
 
@@ -98,6 +98,14 @@ def render(snapshot: dict, interval: float | None) -> Group:
     for row in snapshot["rows"]:
         table.add_row(*cells(Row(**row)))
     parts = [head, table]
+    processes = snapshot.get("processes") or []
+    if any(p["positions"] > 1 for p in processes):  # virtual nodes: what each process carries in all
+        per = Table(box=None, pad_edge=False, header_style="bold")
+        for name in ("process", "positions", "arc", "keys", "topics"):
+            per.add_column(name, justify="left" if name == "process" else "right", no_wrap=True)
+        for p in processes:
+            per.add_row(p["process"], str(p["positions"]), f"{p['arc']:.1%}", str(p["keys"]), str(p["records"]))
+        parts.append(per)
     if snapshot["events"]:
         parts.append(Text("recent: " + "; ".join(f"{e['event']} {e['ago_s']:.0f}s ago"
                                                   for e in reversed(snapshot["events"][-4:])), style="dim"))

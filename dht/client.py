@@ -202,6 +202,11 @@ class DhtClient:
             out[k] = body.get(k)
         names = body.get("topics")
         out["bind"] = body["bind"] if isinstance(body.get("bind"), str) else out["endpoint"]
+        # the process holding this ring position, and every position it holds (virtual nodes)
+        out["process"] = body["process"] if isinstance(body.get("process"), str) else out["endpoint"]
+        positions = body.get("positions")
+        out["positions"] = [e for e in positions if isinstance(e, str)] if isinstance(positions, list) and \
+            positions else [out["endpoint"]]
         out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
         left = body.get("neighbours_left")
         out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []

@@ -38,6 +38,33 @@ def node_id(host: str, port: int, bits: int = 64) -> int:
     return key_id(f"{host}:{port}", bits)
 
 
+# -- virtual nodes: one process, several ring positions -----------------------------------------
+MAX_VNODES = 256  # positions one process may hold
+
+
+def position_endpoint(process: str, index: int) -> str:
+    """The endpoint of ring position `index` of the process at "host:port": the process's own for
+    position 0 (so that a process of one position is addressed as before), "host:port/index" else."""
+    return process if index == 0 else f"{process}/{index}"
+
+
+def process_of(endpoint: str) -> str:
+    """The "host:port" of the process holding the position at `endpoint`."""
+    return endpoint.partition("/")[0]
+
+
+def position_of(endpoint: str) -> int:
+    """The index of the position at `endpoint` within its process (0 without a "/index" suffix)."""
+    _, slash, index = endpoint.partition("/")
+    return int(index) if slash else 0
+
+
+def position_id(process: str, index: int, bits: int = 64) -> int:
+    """A position's default id: the id of its endpoint string, so position 0 keeps the node's id
+    (Chord's virtual nodes, SIGCOMM'01 §6.2: each real node holds V ids)."""
+    return key_id(position_endpoint(process, index), bits)
+
+
 def ring_size(bits: int) -> int:
     return 1 << bits
 

@@ -5,14 +5,18 @@ A node's `load` (dht/node.py) holds what it owns now (records) and counters sinc
 items served (registrations, renewals and reads of records it owns) and the writes among them,
 lookup steps served, bytes in and out, messages its relay took from publishers. Two samples some
 seconds apart give rates. The spread of each figure over the nodes is said as max/mean and p99/mean,
-the Chord paper's measure of balance (Stoica et al., SIGCOMM 2001, Fig. 8-9: keys per node).
+the Chord paper's measure of balance (Stoica et al., SIGCOMM 2001, Fig. 8-9: keys per node). A
+process holding several ring positions (virtual nodes) carries their sum: `processes` adds them up,
+and the spread over processes is what virtual nodes even out (Fig. 9).
 """
 
 from __future__ import annotations
 
 import math
 
-FIGURES = ("records", "registrations_per_s", "renewals_per_s", "lookup_steps_per_s", "relay_messages_per_s",
+from dht.ids import process_of
+
+FIGURES = ("records", "keys", "registrations_per_s", "renewals_per_s", "lookup_steps_per_s", "relay_messages_per_s",
            "bytes_in_per_s", "bytes_out_per_s")
 
 
@@ -58,6 +62,22 @@ def report(first: list[dict], second: list[dict]) -> dict:
             row.update({k: None for k in FIGURES}, records=info["load"]["records"], new=True)
         else:
             row.update(node_rates(before, info["load"]), new=False)
+        row["keys"] = info.get("keys")
         nodes.append(row)
     ring = {k: spread([n[k] for n in nodes if n[k] is not None]) for k in FIGURES}
-    return {"nodes": nodes, "ring": ring}
+    processes = by_process(nodes)
+    return {"nodes": nodes, "ring": ring, "processes": processes,
+            "per_process": {k: spread([p[k] for p in processes if p[k] is not None]) for k in FIGURES}}
+
+
+def by_process(nodes: list[dict]) -> list[dict]:
+    """Rows of `report` summed per process ("host:port" of the positions "host:port/i"): a figure is
+    None for a process when it is None for any of its positions (one that joined between the walks)."""
+    out: dict[str, dict] = {}
+    for n in nodes:
+        name = process_of(n["endpoint"])
+        p = out.setdefault(name, {"process": name, "positions": 0, **{k: 0 for k in FIGURES}})
+        p["positions"] += 1
+        for k in FIGURES:
+            p[k] = None if p[k] is None or n.get(k) is None else p[k] + n[k]
+    return list(out.values())

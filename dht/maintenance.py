@@ -1,31 +1,33 @@
-"""The maintenance thread of a ChordNode: everything the node says to other nodes.
+"""What a ChordNode (one ring position) says to other nodes, run by its process's maintenance thread.
 
-Each `stabilize` period (with a little jitter, as the paper randomizes its timers) it runs the
-protocol of ToN'03 Fig. 6 with successor lists (§V-B): stabilize + notify, check_predecessor,
-fix_fingers; then replicates owned keys to the first R-1 successors, expires stale replicas and
-expired record fields (whose watchers then hear of it). Between rounds it takes jobs that request
-handlers queue (hand-over to a new predecessor, replication of fresh writes, a graceful leave),
-because handlers themselves never call out.
+Each `stabilize` period (with a little jitter, as the paper randomizes its timers) a position runs
+the protocol of ToN'03 Fig. 6 with successor lists (§V-B): stabilize + notify, check_predecessor,
+fix_fingers; then replicates owned keys to its replicas, expires stale replicas and expired record
+fields (whose watchers then hear of it). Between rounds the thread takes jobs that request handlers
+queue (hand-over to a new predecessor, replication of fresh writes, a graceful leave), because
+handlers themselves never call out. dht/host.py runs the thread: one for all the positions of a
+process.
 
 Replication (SIGCOMM'01 §6.4, successor-list replication) is incremental, so that a write costs
 the owner the entries it changed, not everything it holds: a write pushes just the entries written
 since the last push; every `refresh_every` rounds a one-line `refresh` of the owner's arc keeps the
 replicas' leases alive; everything is pushed when the replica set changes, and every FULL_EVERY
-rounds to repair anything a lost push missed.
+rounds to repair anything a lost push missed. The replicas are the first successors of other
+processes, one each (`replica_targets`): copies on the positions of the owner's own process would
+die with it.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import random
 import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
-from dht.ids import in_half_open, in_open
+from dht.ids import in_half_open, in_open, process_of
 from dht.proximity import RoundTrips, choose, interval_candidates
 from dht.records import Change, namespace
 from dht.routing import Peer
@@ -39,6 +41,9 @@ class MaintainedNode(Protocol):
 
     config: Any  # NodeConfig
     me: Peer
+    index: int  # the position within its process
+    left: bool  # it has left the ring (its process is leaving)
+    data_dir: Any  # Path | None: where this position keeps its store
     routing: Any  # RoutingTable, used under `lock`
     store: Any  # Store
     records: Any  # RecordTable
@@ -51,8 +56,8 @@ class MaintainedNode(Protocol):
     setup: Any  # SocketSetup | None
     timeout: float
     rounds: int
-    maintainer_rpc: Any
-    round_trips: Any  # dht/proximity.py RoundTrips, set by the Maintainer
+    requests_bytes: int
+    round_trips: Any  # dht/proximity.py RoundTrips, shared by the positions of a process
     members: Any  # dht/membership.py Members, used under `lock`
     remembered_at_start: int  # members loaded from the data directory
 
@@ -67,16 +72,32 @@ FULL_EVERY = 20  # rounds between full pushes to the replicas (anti-entropy)
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
 
+def replica_targets(me: Peer, successors: list[Peer], count: int) -> list[Peer]:
+    """Where copies of `me`'s keys go: the first successor of each of the next `count` processes other
+    than `me`'s own (one position each), so that the copies outlive any one process."""
+    taken = {process_of(me.endpoint)}
+    out: list[Peer] = []
+    for s in successors:
+        if len(out) >= count:
+            break
+        process = process_of(s.endpoint)
+        if process not in taken:
+            taken.add(process)
+            out.append(s)
+    return out
+
+
 class Maintainer:
-    def __init__(self, node: MaintainedNode) -> None:
+    """One position's protocol state; `rpc` and `round_trips` are its process's maintenance thread's,
+    shared by all its positions (one socket, and round trips kept per peer process)."""
+
+    def __init__(self, node: MaintainedNode, rpc: RpcClient, round_trips: RoundTrips) -> None:
         self.node = node
         self.config = node.config
         self.me = node.me
-        self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
-        node.maintainer_rpc = self.rpc  # its traffic shows in `info`
-        self.round_trips = RoundTrips()  # every call's round trip: PNS chooses fingers by them
-        self.rpc.on_rtt = self.round_trips.observe
-        node.round_trips = self.round_trips
+        self.rpc = rpc
+        self.round_trips = round_trips  # every call's round trip: PNS chooses fingers by them
+        node.round_trips = round_trips
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
         self._quiet_rounds = 0
@@ -90,41 +111,18 @@ class Maintainer:
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
         return self.node.routing
 
-    def run(self) -> None:
-        node = self.node
-        try:
-            self.join()
-            next_round = time.monotonic()
-            while not node.stopped.is_set():
-                wait = next_round - time.monotonic()
-                try:
-                    kind, arg = node.jobs.get(timeout=wait) if wait > 0 else node.jobs.get_nowait()
-                except queue.Empty:
-                    kind, arg = "round", None
-                try:
-                    if kind == "leave":
-                        self.leave()
-                        return
-                    if kind == "handover":
-                        self.handover(*arg)
-                    elif kind == "replicate":
-                        self.replicate(full=False)
-                    elif time.monotonic() >= next_round:
-                        # rounds start a period apart (not a period after the last one ended): a
-                        # round slowed by timeouts on dead peers must not also delay the next
-                        # stabilize, which is what heals the ring around them
-                        started = time.monotonic()
-                        self.round()
-                        next_round = started + self.config.stabilize * random.uniform(0.9, 1.1)
-                except Exception:  # a maintenance bug must not silently stop the node healing
-                    log.exception("maintenance step %s failed", kind)
-        finally:
-            self.rpc.close()
+    def job(self, kind: str, arg: object) -> None:
+        """A job a request handler queued: hand entries to a new predecessor, or push fresh writes."""
+        if kind == "handover":
+            self.handover(*arg)  # type: ignore[misc]
+        elif kind == "replicate":
+            self.replicate(full=False)
 
     # -- the protocol -----------------------------------------------------------------------------
-    def join(self) -> None:
+    def join(self, via: list[str] | None = None) -> None:
         """join(n'): successor := n'.find_successor(n) (ToN'03 Fig. 6), through the seeds of `--join` in
-        turn, then the members this node remembers from its data directory (dht/membership.py).
+        turn, then the members this node remembers from its data directory (dht/membership.py). A
+        process's later positions join through its first (`via`), which is in the ring by then.
 
         A new ring is started only when none of them answers, and only by a node that may do so: one
         named among the seeds (every node of a deployment may be given the same list), or one that
@@ -133,11 +131,11 @@ class Maintainer:
         `join_timeout` passes, then gives up: it was told to join a ring that is not there.
         """
         node = self.node
-        seeds = self.config.seeds
+        seeds = self.config.seeds if via is None else via
         with node.lock:
             candidates = [e for e in seeds if e != self.me.endpoint]
             candidates += [e for e in node.members.endpoints() if e not in candidates]
-        may_start = not seeds or self.me.endpoint in seeds or node.remembered_at_start > 0
+        may_start = via is None and (not seeds or self.me.endpoint in seeds or node.remembered_at_start > 0)
         if not candidates:
             node.joined.set()
             return
@@ -283,7 +281,7 @@ class Maintainer:
                 found = iterative_lookup(start, self.me.endpoint, self.local_first_ask,
                                          max_steps=2 * self.config.bits)
                 if self.config.on_lookup is not None:
-                    self.config.on_lookup(found)
+                    self.config.on_lookup(found, self.me.id)
                 if not found.ok or found.owner is None:
                     i += 1
                     continue
@@ -368,7 +366,8 @@ class Maintainer:
         node = self.node
         with node.lock:
             through = node.store.writes  # what the successors hold once the pushes below succeed
-            targets = [s.endpoint for s in self.routing.successors[: self.config.replicas - 1]]
+            targets = [s.endpoint for s in replica_targets(self.me, self.routing.successors,
+                                                            self.config.replicas - 1)]
             if not targets:
                 self._replicated_to = targets
                 node.store.dirty.clear()
@@ -445,7 +444,8 @@ class Maintainer:
         return ok
 
     def leave(self) -> None:
-        """Graceful leave: entries to the successor, then splice ourselves out, then stop."""
+        """Graceful leave: entries to the successor, then splice ourselves out (the process stops once
+        every position has left)."""
         node = self.node
         with node.lock:
             succ, pred = self.routing.successor, self.routing.predecessor
@@ -460,8 +460,8 @@ class Maintainer:
         if pred is not None and pred != self.me:
             self.rpc.call(pred.endpoint, "leaving", peer=wire.encode_peer(self.me),
                           successors=[wire.encode_peer(s) for s in succs])
+        node.left = True
         log.info("%s left the ring", self.me.endpoint)
-        node.stopped.set()
 
     # -- leased records ----------------------------------------------------------------------------
     def expire_records(self) -> None:
@@ -477,7 +477,8 @@ class Maintainer:
                 log.info("%s: the lease of %s on %r ran out", self.me.endpoint, name, key)
                 prev = node.records.epoch(key, namespace(name))
                 version = node.write_field(composite, None)
-                node.changes.put(Change(key, name, None, node.records.epoch(key, namespace(name)) or version, prev))
+                node.changes.put(Change(key, name, None, node.records.epoch(key, namespace(name)) or version, prev,
+                                        node.index))
         if gone:
             self.replicate(full=False)
 

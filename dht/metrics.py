@@ -49,55 +49,67 @@ class LookupHops:
 
 
 class NodeCollector:
-    def __init__(self, node: Any, hops: LookupHops) -> None:  # a dht.node.ChordNode
-        self.node, self.hops = node, hops
+    """Every position of a node process (dht/host.py), labelled `node` (the position's endpoint) and
+    `process` (the process's); the gauge `chordpub_node_positions` and the histogram of lookup hops are
+    the process's (label `node`: its endpoint)."""
+
+    def __init__(self, host: Any, hops: LookupHops) -> None:  # a dht.host.ChordHost
+        self.host, self.hops = host, hops
 
     def collect(self) -> Iterator[Any]:
-        node = self.node
-        label = [node.endpoint]
-        with node.lock:
-            keys, stored = node.store.count(node.routing.owns), node.store.count()
-            successors = len(node.routing.successors)
-            members = node.members.counts()
-        traffic = node.traffic()
-        for name, doc, value in (
-                ("chordpub_node_stabilize_rounds", "Maintenance rounds (stabilize, fix_fingers, ...) run.",
-                 node.rounds),
-                ("chordpub_node_successor_changes", "Rounds that ended with a different successor.",
-                 node.successor_changes),
-                ("chordpub_node_lookups_served", "next_hop requests answered (lookup steps served).",
-                 node.next_hops_served),
-                ("chordpub_node_lookups_failed", "Lookups of this node's own that failed.", self.hops.failed),
-                ("chordpub_node_sent_bytes", "Bytes sent: replies, own requests and record events.",
-                 traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"]),
-                ("chordpub_node_received_bytes", "Bytes of requests received.", node.server.bytes_received),
-                ("chordpub_node_record_items", "Record items served (registrations, renewals, reads).",
-                 node.record_items),
-                ("chordpub_node_record_writes", "Record items that changed a record (registrations).",
-                 node.record_writes)):
-            c = CounterMetricFamily(name, doc, labels=["node"])
-            c.add_metric(label, value)
-            yield c
-        for name, doc, value in (("chordpub_node_keys", "Keys this node owns.", keys),
-                                 ("chordpub_node_stored", "Entries stored, replicas included.", stored),
-                                 ("chordpub_node_successors", "Entries in the successor list.", successors),
-                                 ("chordpub_node_joined", "1 once the node has joined the ring.",
-                                  int(node.joined.is_set()))):
-            g = GaugeMetricFamily(name, doc, labels=["node"])
-            g.add_metric(label, value)
-            yield g
-        g = GaugeMetricFamily("chordpub_node_members", "Remembered members by state: in this ring (ring), "
-                              "alive in another ring (other-ring), not answering (unreachable), not probed "
-                              "since they left the routing table (unknown).", labels=["node", "state"])
-        for state, count in members.items():
-            g.add_metric([node.endpoint, state], count)
+        host = self.host
+        process = host.endpoint
+        families: dict[str, Any] = {}
+
+        def add(kind: type, name: str, doc: str, labels: list[str], value: float, extra: tuple = ()) -> None:
+            if name not in families:
+                families[name] = kind(name, doc, labels=["node", "process", *extra])
+            families[name].add_metric(labels, value)
+
+        for node in host.positions:
+            label = [node.endpoint, process]
+            with node.lock:
+                keys, stored = node.store.count(node.routing.owns), node.store.count()
+                successors = len(node.routing.successors)
+                members = node.members.counts()
+            traffic = node.traffic()
+            for name, doc, value in (
+                    ("chordpub_node_stabilize_rounds", "Maintenance rounds (stabilize, fix_fingers, ...) run.",
+                     node.rounds),
+                    ("chordpub_node_successor_changes", "Rounds that ended with a different successor.",
+                     node.successor_changes),
+                    ("chordpub_node_lookups_served", "next_hop requests answered (lookup steps served).",
+                     node.next_hops_served),
+                    ("chordpub_node_sent_bytes", "Bytes sent: replies, own requests and record events.",
+                     traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"]),
+                    ("chordpub_node_received_bytes", "Bytes of requests received.", node.bytes_in),
+                    ("chordpub_node_record_items", "Record items served (registrations, renewals, reads).",
+                     node.record_items),
+                    ("chordpub_node_record_writes", "Record items that changed a record (registrations).",
+                     node.record_writes),
+                    ("chordpub_node_merges", "Probes and unify hints that found another ring.", node.prober.merges)):
+                add(CounterMetricFamily, name, doc, label, value)
+            for name, doc, value in (("chordpub_node_keys", "Keys this node owns.", keys),
+                                     ("chordpub_node_stored", "Entries stored, replicas included.", stored),
+                                     ("chordpub_node_successors", "Entries in the successor list.", successors),
+                                     ("chordpub_node_joined", "1 once the node has joined the ring.",
+                                      int(node.joined.is_set()))):
+                add(GaugeMetricFamily, name, doc, label, value)
+            for state, count in members.items():
+                add(GaugeMetricFamily, "chordpub_node_members", "Remembered members by state: in this ring (ring), "
+                    "alive in another ring (other-ring), not answering (unreachable), not probed since they left "
+                    "the routing table (unknown).", [*label, state], count, ("state",))
+        yield from families.values()
+        g = GaugeMetricFamily("chordpub_node_positions", "Ring positions (virtual nodes) this process holds.",
+                              labels=["node"])
+        g.add_metric([process], len(host.positions))
         yield g
-        c = CounterMetricFamily("chordpub_node_merges", "Probes and unify hints that found another ring.",
+        c = CounterMetricFamily("chordpub_node_lookups_failed", "Lookups of this process's own that failed.",
                                 labels=["node"])
-        c.add_metric(label, node.prober.merges)
+        c.add_metric([process], self.hops.failed)
         yield c
-        yield denials_family("node", label[0], node.denials.count)
-        yield self.hops.family(label)
+        yield denials_family("node", process, host.denials.count)
+        yield self.hops.family([process])
 
 
 def denials_family(kind: str, name: str, count: dict[str, int]) -> CounterMetricFamily:

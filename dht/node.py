@@ -1,10 +1,12 @@
-"""ChordNode: routing + store + transport + the maintenance loop.
+"""ChordNode: one position on the ring — routing, store, records and the requests it answers.
 
-Two threads. The *server* thread (here) answers requests from the routing table and the store
-under a lock and never makes an outbound call, so two nodes calling each other cannot deadlock.
-The *maintenance* thread (dht/maintenance.py) owns the outbound calls: the periodic protocol of
-ToN'03 Fig. 6, replication, hand-over, and telling record watchers what changed. Handlers pass it
-slow work through a queue.
+A process holds one position or several (virtual nodes, SIGCOMM'01 §6.2: `node start --vnodes V`);
+dht/host.py's ChordHost runs them behind one RPC socket with one thread of each kind. The *server*
+thread answers requests from a position's routing table and store under that position's lock and
+never makes an outbound call, so two nodes calling each other cannot deadlock. The *maintenance*
+thread (dht/maintenance.py) owns the outbound calls: the periodic protocol of ToN'03 Fig. 6,
+replication, hand-over, and telling record watchers what changed. Handlers pass it slow work through
+a queue.
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ from pathlib import Path
 from dht import wire
 from dht.durable import DurableStore
 from dht.gate import Denials
-from dht.ids import check_bits, in_half_open, key_id, node_id
-from dht.maintenance import Maintainer
+from dht.ids import MAX_VNODES, check_bits, in_half_open, key_id, position_endpoint
 from dht.membership import Members
-from dht.notifier import Notifier
 from dht.policy import PolicyFile, refusal
 from dht.prober import Prober
 from dht.proximity import DEFAULT_SAMPLES
@@ -44,7 +44,8 @@ class NodeConfig:
     bind: str | None = None  # bind here instead of `host` (e.g. 0.0.0.0): dht/address.py
     advertise_port: int | None = None  # others reach the node at this port (NAT, a container's mapping)
     join: str | list[str] | None = None  # seeds: "H:P", "H:P,H:P", or a list; tried in turn (seed_list)
-    id: int | None = None
+    id: int | None = None  # position 0's id (default: the hash of its endpoint)
+    vnodes: int = 1  # ring positions this process holds (virtual nodes), 1..MAX_VNODES
     bits: int = 64
     successors: int = 8
     replicas: int = 3  # copies of each key in all: the owner and its first replicas-1 successors
@@ -52,7 +53,7 @@ class NodeConfig:
     rpc_timeout: float | None = None  # default: derived from the period
     replica_lease_periods: float = 10.0
     refresh_every: int = 2  # rounds between full replica refreshes
-    on_lookup: Callable[[object], None] | None = field(default=None, repr=False)
+    on_lookup: Callable[[object, int], None] | None = field(default=None, repr=False)  # (LookupResult, position id)
     services: dict[str, str] = field(default_factory=dict)  # endpoints of co-located services (a relay)
     data_dir: Path | None = None  # keep the store in DIR/store.sqlite3 (dht/durable.py)
     pns: int = DEFAULT_SAMPLES  # proximity neighbour selection: each finger the nearest of K samples (0: plain)
@@ -81,6 +82,8 @@ class NodeConfig:
             raise ValueError("the advertised port must be in 1..65535")
         if self.id is not None and not 0 <= self.id < (1 << self.bits):
             raise ValueError(f"id must be in 0..2**{self.bits}-1")
+        if not 1 <= self.vnodes <= MAX_VNODES:
+            raise ValueError(f"vnodes must be in 1..{MAX_VNODES} (ring positions in this process)")
         if self.successors < 1 or self.replicas < 1:
             raise ValueError("successors and replicas must be at least 1")
         if self.replicas - 1 > self.successors:
@@ -103,50 +106,90 @@ def seed_list(join: str | list[str] | tuple[str, ...] | None) -> list[str]:
     return out
 
 
+@dataclass
+class Shared:
+    """What the positions of one process share (dht/host.py makes it): the RPC socket, the maintenance
+    thread's job queue, the record changes the events socket publishes, the policy, the clock's end."""
+
+    server: RpcServer
+    setup: SocketSetup | None
+    stopped: threading.Event
+    jobs: queue.Queue  # (position index, kind, argument): the maintenance thread's work
+    changes: queue.Queue  # record changes dht/notifier.py publishes
+    policy: PolicyFile | None
+    denials: Denials
+    positions: list[str] = field(default_factory=list)  # every position's endpoint, in index order
+
+
+class Jobs:
+    """A position's view of the process's maintenance queue: what it puts carries its index."""
+
+    def __init__(self, jobs: queue.Queue, index: int) -> None:
+        self._jobs, self.index = jobs, index
+
+    def put(self, job: tuple[str, object]) -> None:
+        self._jobs.put((self.index, *job))
+
+    def get(self, *args: object, **kwargs: object) -> tuple:
+        return self._jobs.get(*args, **kwargs)
+
+    def empty(self) -> bool:
+        return self._jobs.empty()
+
+    def qsize(self) -> int:
+        return self._jobs.qsize()
+
+
 class ChordNode:
-    def __init__(self, config: NodeConfig, setup: SocketSetup | None = None) -> None:
-        config.validate()
+    """One ring position. `index` 0 is the process's own endpoint and id; position i > 0 is
+    "host:port/i" with the id of that string (dht/ids.py), and keeps its store under
+    DIR/position-i with --data-dir."""
+
+    def __init__(self, config: NodeConfig, shared: Shared, index: int = 0) -> None:
         self.config = config
-        self.setup = setup
+        self.shared = shared
+        self.index = index
+        self.server = shared.server
+        self.setup = shared.setup
+        self.stopped = shared.stopped
+        self.changes = shared.changes
+        self.policy = shared.policy
+        self.denials = shared.denials
         self.lock = threading.RLock()
-        self.stopped = threading.Event()
         self.joined = threading.Event()
+        self.left = False  # this position has left the ring (its process is leaving)
         self.join_error: str | None = None  # why the node gave up joining (join_timeout passed)
-        self.jobs: queue.Queue[tuple[str, object]] = queue.Queue()
-        self.changes: queue.Queue[Change] = queue.Queue()  # record changes dht/notifier.py publishes
-        bind = config.bind or config.host
-        self.server = RpcServer(bind, config.port, self._handle, setup=setup, advertise=config.host,
-                                advertise_port=config.advertise_port)
-        port = config.advertise_port or self.server.port
-        nid = config.id if config.id is not None else node_id(config.host, port, config.bits)
-        self.me = Peer(nid, self.server.endpoint)
+        self.jobs = Jobs(shared.jobs, index)
+        endpoint = position_endpoint(self.server.endpoint, index)
+        nid = config.id if config.id is not None and index == 0 else key_id(endpoint, config.bits)
+        self.me = Peer(nid, endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors, prs=config.prs)
         self.records = RecordTable(config.bits)
-        self.policy = PolicyFile(config.acl) if config.acl is not None else None
-        self.denials = Denials(f"node {self.me.endpoint}")
-        self._said_error: str | None = None
         observer = self.records.observe
-        self.store = (DurableStore(config.bits, config.data_dir, nid, observer) if config.data_dir
+        self.data_dir = (None if config.data_dir is None
+                         else config.data_dir if index == 0 else Path(config.data_dir) / f"position-{index}")
+        self.store = (DurableStore(config.bits, self.data_dir, nid, observer) if self.data_dir
                       else Store(config.bits, observer))
-        # binds the events socket, so that `info` names it
-        self.notifier = Notifier(self, bind, advertise=config.host, port=config.ports)
-        self.maintainer_rpc = None  # set by the Maintainer: its requests count in `traffic`
-        self.round_trips = None  # set by the Maintainer: its calls' round trips (dht/proximity.py)
-        config.services["events"] = self.notifier.endpoint
+        self.round_trips = None  # set by the host: its calls' round trips (dht/proximity.py)
         self.rounds = 0
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
         self.record_writes = 0  # of which changed a record: registrations, unregistrations
-        self.relay = None  # the relay this process runs for its topics (pubsub/relay.py), if any
+        self.bytes_in = 0  # requests to this position
+        self.replies_bytes = 0  # its replies
+        self.requests_bytes = 0  # its own requests (the maintenance thread's, for it)
+        self.events_bytes = 0  # record changes published for it (set by the notifier)
+        self.events = 0
+        self.relay = None  # the relay its process runs (pubsub/relay.py), counted on position 0
         self.neighbours_left: deque[str] = deque(maxlen=16)  # told by `leaving`: `ring watch` says "left"
         # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
         self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
         # the nodes this node has known (dht/membership.py): seeds, and with --data-dir those of its last run
         self.members = Members(self.me.endpoint, config.seeds)
-        self.remembered_at_start = self.members.load(config.data_dir) if config.data_dir else 0
+        self.remembered_at_start = self.members.load(self.data_dir) if self.data_dir else 0
         self.prober = Prober(self)
-        self._threads: list[threading.Thread] = []
+        self._said_error: str | None = None
         self._handlers: dict[str, Callable[[dict], dict]] = {
             "ping": lambda r: {"node_id": wire.encode_id(self.me.id)},
             "info": lambda r: self.info(r.get("topics", 0)),
@@ -168,39 +211,6 @@ class ChordNode:
     @property
     def endpoint(self) -> str:
         return self.me.endpoint
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> ChordNode:
-        maintainer = Maintainer(self)
-        for name, target in (("server", self._serve), ("maintenance", maintainer.run),
-                             ("notifier", self.notifier.run), ("prober", self.prober.run)):
-            t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        for t in self._threads:
-            if t is not threading.current_thread():
-                t.join(timeout=5)
-        if not any(t.is_alive() for t in self._threads):
-            self.notifier.close()
-        with self.lock:
-            self.store.close()
-
-    def leave(self) -> None:
-        """Graceful leave: runs in the maintenance thread, which then stops the node."""
-        self.jobs.put(("leave", None))
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.stopped.wait(timeout)
-
-    def _serve(self) -> None:
-        try:
-            self.server.serve(self.stopped)
-        finally:
-            self.server.close()
 
     # -- request handlers (server thread; no outbound calls) --------------------------------------
     def _handle(self, request: dict) -> dict:
@@ -229,6 +239,8 @@ class ChordNode:
             return {
                 "node_id": wire.encode_id(self.me.id),
                 "endpoint": self.me.endpoint,
+                "process": self.server.endpoint,  # the process holding this position
+                "positions": list(self.shared.positions),  # every position of that process, in index order
                 "bind": f"{self.config.bind or self.config.host}:{self.server.port}",
                 "bits": self.config.bits,
                 "predecessor": wire.encode_peer(rt.predecessor),
@@ -251,7 +263,7 @@ class ChordNode:
                 "neighbours_left": list(self.neighbours_left),
                 "remembered": self.members.rows(time.time()),
                 "probes": self.prober.probes,
-                "probe_bytes": self.prober.rpc.bytes_sent,
+                "probe_bytes": self.prober.bytes_sent,
                 "merges": self.prober.merges,
                 **({"topics": sorted(owned)[:topics]} if topics else {}),
             }
@@ -263,12 +275,12 @@ class ChordNode:
         took from publishers; and the id that would split its load in two (`ring autoscale`,
         dht/scaling.py). Called with the lock held."""
         traffic = self.traffic()
-        relay = self.relay.stats() if self.relay is not None else None
+        relay = self.relay.stats() if self.relay is not None and self.index == 0 else None
         pred = self.routing.predecessor
         split = split_point(pred.id if pred else None, self.me.id, owned_ids, self.config.bits)
         return {"time": time.time(), "records": records, "record_items": self.record_items,
                 "record_writes": self.record_writes, "lookup_steps": self.next_hops_served,
-                "bytes_in": self.server.bytes_received,
+                "bytes_in": self.bytes_in,
                 "bytes_out": traffic["replies_bytes"] + traffic["requests_bytes"] + traffic["events_bytes"],
                 "relay_messages": None if relay is None else relay["messages"],
                 "relay_bytes": None if relay is None else relay["bytes"],
@@ -281,11 +293,10 @@ class ChordNode:
         return None if ms is None else round(ms, 3)
 
     def traffic(self) -> dict:
-        """Bytes this node sent: replies, its own requests (stabilization, replication, lookups), and
+        """Bytes this position sent: replies, its own requests (stabilization, replication, lookups), and
         record changes published (counted once: libzmq copies them to each watcher). Records held."""
-        requests = self.maintainer_rpc.bytes_sent if self.maintainer_rpc is not None else 0
-        return {"replies_bytes": self.server.bytes_sent, "requests_bytes": requests,
-                "events_bytes": self.notifier.bytes_sent, "events": self.notifier.published,
+        return {"replies_bytes": self.replies_bytes, "requests_bytes": self.requests_bytes,
+                "events_bytes": self.events_bytes, "events": self.events,
                 "record_fields": sum(len(f) for f in self.records.fields.values())}
 
     def _on_next_hop(self, req: dict) -> dict:
@@ -352,7 +363,8 @@ class ChordNode:
                 wrote = True
                 if applied.news:
                     self.changes.put(Change(key, name, None if raw is None else item.get("val"),
-                                            self.records.epoch(key, namespace(name)) or version, prev))
+                                            self.records.epoch(key, namespace(name)) or version, prev,
+                                            self.index))
             results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))

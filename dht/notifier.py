@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections.abc import Callable
 from typing import Protocol
 
 import zmq
@@ -55,6 +56,8 @@ class Notifier:
         self.endpoint = f"{advertise or host}:{self.port}"
         self.published = 0
         self.bytes_sent = 0
+        # told (position, bytes) of each message sent: a process of several positions counts each one's
+        self.tally: Callable[[int, int], None] | None = None
 
     def _bind(self) -> None:
         self.socket = self.context.socket(zmq.PUB if self.policy is None else zmq.XPUB)
@@ -114,6 +117,8 @@ class Notifier:
                 self.socket.send(body, zmq.NOBLOCK)
                 self.published += 1
                 self.bytes_sent += len(body)  # once per message: libzmq copies it to each watcher
+                if self.tally is not None:
+                    self.tally(group[0].origin, len(body))
             except zmq.Again:
                 pass  # PUB never blocks; a full queue just drops, and epochs tell the watchers
 

@@ -1,4 +1,4 @@
-"""The prober thread of a ChordNode: finds split rings and makes them one (ring unification).
+"""The prober of a ChordNode: finds split rings and makes them one (ring unification).
 
 Every `probe_every` seconds the node takes one remembered member that is not in its routing table
 (dht/membership.py) and asks it to look up the node's own id. In one ring the owner of id n is n; a
@@ -16,17 +16,17 @@ The chains are an accelerator: each node also probes on its own, so a chain cut 
 a lost hint delays the merge, it does not prevent it. Cost (docs/architecture.md): when nothing is
 split a probe is one lookup, O(log N) next_hop requests, every `probe_every` seconds, and nothing at
 all while every remembered member sits in the routing table; a merge costs each node one lookup and
-two messages. Probes run on their own thread and socket, so a dead member's timeout never delays
-stabilization.
+two messages. Probes run on their own thread and socket, one for all the positions of a process
+(dht/host.py, which takes them in turn: a process probes once an interval whatever its positions), so
+a dead member's timeout never delays stabilization.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import random
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from dht import wire
@@ -39,20 +39,24 @@ log = logging.getLogger(__name__)
 
 PROBE_PERIODS = 2.0  # default probe interval, in stabilization periods
 CHAIN_HOPS = 1024  # hops a unify hint may travel: the bound on one chain's length
-HINTS = 8  # unify hints waiting to be followed: the bound on this node's queue
+HINTS = 8  # unify hints waiting to be followed: the bound on a process's queue
 SAVE_EVERY = 5.0  # seconds between writes of a changed member list to the data directory
 
 
 class Prober:
+    """One position's probing state; `rpc` and `hints` (the thread's socket and hint queue) are set by
+    its process, shared by all its positions."""
+
     def __init__(self, node: Any) -> None:  # a dht.node.ChordNode
         self.node = node
         self.me: Peer = node.me
         cfg = node.config
         self.every = cfg.probe_every if cfg.probe_every is not None else PROBE_PERIODS * cfg.stabilize
-        self.rpc = RpcClient(timeout=node.timeout, retries=0, setup=node.setup)
-        self.hints: queue.Queue[tuple[Peer, int]] = queue.Queue(maxsize=HINTS)
+        self.rpc: RpcClient | None = None
+        self.hints: queue.Queue[tuple[Prober, Peer, int]] = queue.Queue(maxsize=HINTS)
         self.probes = 0  # probes made (a probe is one lookup)
         self.merges = 0  # probes and hints that found another ring
+        self.bytes_sent = 0  # of the probes and hints of this position
         self._last_chain = float("-inf")
         self._last_save = float("-inf")
 
@@ -60,35 +64,18 @@ class Prober:
         """Queue a unify hint from the server thread (which never calls out); False when the queue is
         full (the node is merging already: the hint's chain ends here, and probes carry on)."""
         try:
-            self.hints.put_nowait((peer, hops))
+            self.hints.put_nowait((self, peer, hops))
             return True
         except queue.Full:
             return False
 
-    def run(self) -> None:
-        node = self.node
+    def counted(self, step: Callable[[], None]) -> None:
+        """Run one step (a probe, a hint) and count the bytes it sent as this position's."""
+        before = self.rpc.bytes_sent
         try:
-            while not node.joined.wait(0.2):
-                if node.stopped.is_set():
-                    return
-            next_probe = time.monotonic() + self.every * random.uniform(0.5, 1.0)
-            while not node.stopped.is_set():
-                wait = max(0.0, next_probe - time.monotonic()) if self.every > 0 else 1.0
-                try:
-                    peer, hops = self.hints.get(timeout=min(wait, node.config.stabilize, 1.0))
-                    self.follow(peer, hops)
-                except queue.Empty:
-                    if self.every > 0 and time.monotonic() >= next_probe:
-                        next_probe = time.monotonic() + self.every * random.uniform(0.9, 1.1)
-                        self.probe()
-                    else:
-                        self.sync()
-                except Exception:  # a prober bug must not stop the node probing
-                    log.exception("probe failed")
-                self.save()
+            step()
         finally:
-            self.save(force=True)
-            self.rpc.close()
+            self.bytes_sent += self.rpc.bytes_sent - before
 
     def sync(self) -> set[str]:
         """Remember the routing table's nodes; returns their endpoints."""
@@ -164,7 +151,7 @@ class Prober:
     def save(self, force: bool = False) -> None:
         """Persist a changed member list (with --data-dir), at most every SAVE_EVERY seconds."""
         node = self.node
-        directory = node.config.data_dir
+        directory = node.data_dir
         if directory is None or not (force or time.monotonic() - self._last_save >= SAVE_EVERY):
             return
         with node.lock:

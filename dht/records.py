@@ -93,6 +93,7 @@ class Change:
     value: bytes | None
     epoch: int
     prev: int = 0
+    origin: int = 0  # the position (of a process holding several) that owns the record: whose traffic it is
 
 
 @dataclass

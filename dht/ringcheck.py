@@ -119,6 +119,15 @@ def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | 
         problems.append(f"successor pointers go round the circle {wraps} times, not once")
     if expected is not None and n != expected:
         problems.append(f"found {n} nodes on the ring, expected {expected}")
+    walked = {i["endpoint"] for i in infos}
+    processes: dict[str, list[str]] = {}
+    for info in infos:
+        processes.setdefault(info.get("process", info["endpoint"]), info.get("positions") or [info["endpoint"]])
+    for process, positions in processes.items():
+        missing = [p for p in positions if p not in walked]
+        if missing:
+            problems.append(f"{', '.join(missing)} of {process} {'is' if len(missing) == 1 else 'are'} "
+                            "not on the ring")
     succ_ok = succ_total = finger_ok = finger_total = 0
     for idx, info in enumerate(infos):
         nxt = infos[(idx + 1) % n]
@@ -140,7 +149,9 @@ def evaluate(infos: list[dict], problems: list[str], bits: int, expected: int | 
                 finger_ok += 1  # "points at itself" is what an empty finger means
     return {
         "nodes": n,
-        "members": [{"endpoint": i["endpoint"], "id": i["id"], "bind": i.get("bind", i["endpoint"])} for i in infos],
+        "processes": len(processes),
+        "members": [{"endpoint": i["endpoint"], "id": i["id"], "bind": i.get("bind", i["endpoint"]),
+                     "process": i.get("process", i["endpoint"])} for i in infos],
         "consistent": not problems,
         "fingers_correct": round(finger_ok / finger_total, 6) if finger_total else 1.0,
         "successors_correct": round(succ_ok / succ_total, 6) if succ_total else 1.0,

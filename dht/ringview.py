@@ -11,7 +11,8 @@ endpoints that did not answer, and the time. From them it keeps, in ring order (
 - what changed: a node that appears has joined; one that disappears has left when a neighbour was
   told so (the `leaving` message of a graceful departure, ToN'03 §V-D), and died otherwise.
 
-Nodes that went stay listed, marked, for `keep` seconds; the events are a bounded list.
+Nodes that went stay listed, marked, for `keep` seconds; the events are a bounded list. A process
+holding several ring positions (virtual nodes) has a row for each; `by_process` sums them per process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
-from dht.ids import distance
+from dht.ids import distance, process_of
 
 UP, NEW, LEFT, DEAD, DETACHED = "up", "new", "left", "dead", "detached"
 
@@ -131,3 +132,19 @@ class RingView:
         self.events.append((now, text))
         while len(self.events) > self.max_events:
             self.events.popleft()
+
+
+def by_process(rows: list[Row]) -> list[dict]:
+    """The live rows summed per process (its ring positions, "host:port/i", dht/ids.py): positions,
+    share of the circle, keys and topics owned — what one real node carries (SIGCOMM'01 §6.2)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        if row.arc is None:
+            continue  # gone
+        p = out.setdefault(process_of(row.endpoint), {"process": process_of(row.endpoint), "positions": 0,
+                                                      "arc": 0.0, "keys": 0, "records": 0})
+        p["positions"] += 1
+        p["arc"] += row.arc
+        p["keys"] += row.keys or 0
+        p["records"] += row.records or 0
+    return sorted(out.values(), key=lambda p: p["process"])

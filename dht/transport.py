@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from dht import wire
+from dht.ids import position_of, process_of
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,9 @@ class RpcServer:
         self.bytes_sent = 0  # replies, for the node's traffic figures
         self.bytes_received = 0  # requests
         self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
+        # told (position, request bytes, reply bytes) of each request answered: a process holding
+        # several ring positions counts each one's traffic (dht/host.py)
+        self.tally: Callable[[int, int, int], None] | None = None
 
     def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
         """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
@@ -187,7 +191,10 @@ class RpcServer:
             rid = request["id"]
             request["principal"] = principal
             result = self.handler(request)
-            return envelope + [wire.encode_reply(rid, **result)]
+            reply = wire.encode_reply(rid, **result)
+            if self.tally is not None:
+                self.tally(request.get(wire.AT, 0), len(rest[0]), len(reply))
+            return envelope + [reply]
         except wire.WireError as exc:
             if rid is None:
                 try:
@@ -209,10 +216,11 @@ class RpcServer:
 class RpcClient:
     """Calls ops on any number of peers through ONE ROUTER socket. Not thread-safe: one per thread.
 
-    Each peer is a connection of that socket, named by ZMQ_CONNECT_ROUTING_ID ("endpoint#n"), so a
-    process that talks to a thousand peers still holds one socket (the middleware client promises a
-    fixed handful). Requests can be sent at once after connect; libzmq queues them until the
-    connection is up. Two faces:
+    Each peer process is a connection of that socket, named by ZMQ_CONNECT_ROUTING_ID ("endpoint#n"),
+    so a process that talks to a thousand peers still holds one socket (the middleware client promises
+    a fixed handful); the ring positions of one process ("host:port/i", dht/ids.py) share its
+    connection, and a request to one of them names it (the `at` field). Requests can be sent at once
+    after connect; libzmq queues them until the connection is up. Two faces:
     - `call()` blocks for the reply, retrying on timeout (the zguide's Lazy Pirate). Replies are
       matched by request id, so a late one is never taken for the next; the peer's connection is
       dropped and reopened (a new routing id) only after two timeouts in a row, which bounds what
@@ -236,12 +244,12 @@ class RpcClient:
         self.socket.setsockopt(zmq.CONNECT_TIMEOUT, max(1000, int(2000 * timeout)))
         if setup is not None:
             setup(self.socket, False)
-        self._peers: OrderedDict[str, bytes] = OrderedDict()  # endpoint -> routing id of its connection
+        self._peers: OrderedDict[str, bytes] = OrderedDict()  # process endpoint -> routing id of its connection
         self._generation = itertools.count(1)
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, float, Callable[[Reply], None] | None]] = {}
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
-        self._timeouts: dict[str, int] = {}  # endpoint -> timeouts in a row
+        self._timeouts: dict[str, int] = {}  # process endpoint -> timeouts in a row
         self.bytes_sent = 0
         # told each blocking call's round trip in seconds, or None when the peer did not answer
         self.on_rtt: Callable[[str, float | None], None] | None = None
@@ -254,7 +262,7 @@ class RpcClient:
         retries = self.retries if retries is None else retries
         for _attempt in range(retries + 1):
             rid = next(self._ids)
-            fresh = endpoint not in self._peers  # the first reply also pays for the connection
+            fresh = process_of(endpoint) not in self._peers  # the first reply also pays for the connection
             sent_at = time.monotonic()
             failed = self._send(endpoint, op, rid, fields)
             if failed is not None:
@@ -285,11 +293,12 @@ class RpcClient:
         return self._replies.pop(rid)
 
     def _timed_out(self, endpoint: str) -> None:
-        n = self._timeouts.get(endpoint, 0) + 1
+        process = process_of(endpoint)
+        n = self._timeouts.get(process, 0) + 1
         if n >= 2:
-            self.reset(endpoint)  # Lazy Pirate, the second time in a row
+            self.reset(process)  # Lazy Pirate, the second time in a row
         else:
-            self._timeouts[endpoint] = n
+            self._timeouts[process] = n
 
     # -- asynchronous -------------------------------------------------------------------------------
     def send(self, endpoint: str, op: str, /, on_reply: Callable[[Reply], None] | None = None,
@@ -325,7 +334,7 @@ class RpcClient:
             pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
             if pending is None:
                 continue  # a stale reply (its caller gave up) or one nobody asked to see
-            self._timeouts.pop(pending[0], None)  # it answers
+            self._timeouts.pop(process_of(pending[0]), None)  # it answers
             callback = pending[2]
             if callback is None:
                 self._replies[rid] = body
@@ -357,7 +366,8 @@ class RpcClient:
             peer = self._peer(endpoint)
         except wire.WireError as exc:
             return Reply(False, err=str(exc))
-        body = wire.encode_request(op, rid, **fields)
+        at = position_of(endpoint)
+        body = wire.encode_request(op, rid, **fields, **({wire.AT: at} if at else {}))
         try:
             try:
                 self.socket.send_multipart([peer, body], zmq.NOBLOCK)
@@ -374,25 +384,27 @@ class RpcClient:
         return None
 
     def _peer(self, endpoint: str) -> bytes:
-        peer = self._peers.get(endpoint)
+        address = wire.zmq_address(endpoint)  # validates it
+        process = process_of(endpoint)
+        peer = self._peers.get(process)
         if peer is not None:
-            self._peers.move_to_end(endpoint)
+            self._peers.move_to_end(process)
             return peer
-        address = wire.zmq_address(endpoint)
-        peer = f"{endpoint}#{next(self._generation)}".encode()
+        peer = f"{process}#{next(self._generation)}".encode()
         self.socket.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
         self.socket.connect(address)
-        self._peers[endpoint] = peer
+        self._peers[process] = peer
         while len(self._peers) > self.max_peers:
             old, _ = self._peers.popitem(last=False)
             self._disconnect(old)
         return peer
 
     def reset(self, endpoint: str) -> None:
-        """Forget the connection to `endpoint`; the next request opens a new one."""
-        self._timeouts.pop(endpoint, None)
-        if self._peers.pop(endpoint, None) is not None:
-            self._disconnect(endpoint)
+        """Forget the connection to `endpoint`'s process; the next request opens a new one."""
+        process = process_of(endpoint)
+        self._timeouts.pop(process, None)
+        if self._peers.pop(process, None) is not None:
+            self._disconnect(process)
 
     def _disconnect(self, endpoint: str) -> None:
         try:

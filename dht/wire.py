@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 
+from dht.ids import MAX_VNODES, process_of
 from dht.routing import Peer
 
 VERSION = 1
@@ -27,7 +28,7 @@ MAX_LIST = 4096
 MAX_ENTRIES = 100_000
 MAX_HOPS = 4096  # a unify hint's hops left (dht/prober.py)
 _UINT64 = (1 << 64) - 1
-_ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})$")
+_ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})(?:/(?P<at>[1-9][0-9]{0,2}))?$")
 
 
 class WireError(ValueError):
@@ -36,7 +37,8 @@ class WireError(ValueError):
 
 # -- endpoints ---------------------------------------------------------------------------------
 def parse_endpoint(text: str) -> tuple[str, int]:
-    """Split "host:port" into (host, port) or raise WireError with a readable reason."""
+    """Split "host:port" into (host, port) or raise WireError with a readable reason. A ring position
+    of a process holding several ("host:port/index", dht/ids.py) parses to its process's."""
     if not isinstance(text, str):
         raise WireError(f"an endpoint must be a 'host:port' string, got {type(text).__name__}")
     return _parse_endpoint(text)
@@ -50,12 +52,23 @@ def _parse_endpoint(text: str) -> tuple[str, int]:
     port = int(m.group("port"))
     if not 0 < port < 65536:
         raise WireError(f"malformed endpoint {text!r}: port must be in 1..65535")
+    if m.group("at") is not None and int(m.group("at")) >= MAX_VNODES:
+        raise WireError(f"malformed endpoint {text!r}: a position index must be in 1..{MAX_VNODES - 1}")
     return m.group("host"), port
 
 
 def zmq_address(endpoint: str) -> str:
+    """Where to connect for `endpoint`: its process's socket (every position of a process shares it)."""
     host, port = parse_endpoint(endpoint)
     return f"tcp://{host}:{port}"
+
+
+def plain_endpoint(text: str) -> str:
+    """`text` if it is a process's "host:port" (a service's, a client's), else a WireError."""
+    parse_endpoint(text)
+    if process_of(text) != text:
+        raise WireError(f"malformed endpoint {text!r}: expected host:port, e.g. 127.0.0.1:5555")
+    return text
 
 
 # -- ids and peers ----------------------------------------------------------------------------
@@ -233,6 +246,12 @@ seconds = _ttl
 def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     return lambda value, what: None if value is None else check(value, what)
 
+
+def _position(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_VNODES:
+        raise WireError(f"{what} must be a position index in 1..{MAX_VNODES - 1}")
+    return value
+
 # op -> {field: (checker, required)}
 SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "ping": {},
@@ -255,6 +274,10 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     # ring unification (dht/prober.py): `peer` is in another ring than ours, or was; `hops` left to pass on
     "unify": {"peer": (_peer, True), "hops": (_hops, True)},
 }
+# every op may name the position of the receiving process it is for ("host:port/at"; none: position 0)
+AT = "at"
+for _schema in SCHEMAS.values():
+    _schema[AT] = (_position, False)
 
 
 def encode(message: dict) -> bytes:

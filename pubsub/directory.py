@@ -54,8 +54,8 @@ class PublisherEntry:
             entry = cls(str(d["id"]), d["endpoint"], d["repair"], d.get("strength"), int(d.get("history", 0)),
                         d.get("mode", "direct"), dict(retain) if retain is not None else None,
                         bool(d.get("archive", False)))
-            wire.parse_endpoint(entry.endpoint)
-            wire.parse_endpoint(entry.repair)
+            wire.plain_endpoint(entry.endpoint)
+            wire.plain_endpoint(entry.repair)
         except Exception as exc:  # wrong shape, missing key, bad endpoint (WireError)
             raise ValueError(f"malformed publisher entry: {exc}") from None
         if entry.strength is not None and (not isinstance(entry.strength, int) or isinstance(entry.strength, bool)):

@@ -51,3 +51,18 @@ def load(nodes: int, keys: int, virtual: int = 1, seed: int | None = None, bits:
         ring = random_ring(nodes, bits, seed=int(rng.integers(1 << 62)), virtual=virtual)
         counts.append(keys_per_node(ring, keys, rng))
     return LoadResult(nodes, keys, virtual, np.concatenate(counts), trials)
+
+
+def keys_per_process(ids: list[int], process: list[int], keys: int, bits: int = 64, trials: int = 100,
+                     seed: int | None = 0) -> np.ndarray:
+    """Keys per process on the ring of exactly these position `ids` (`process[i]`: the process holding
+    position i, 0..P-1), for `keys` uniformly random keys, `trials` times: a (trials, P) array. What
+    consistent hashing predicts for a live ring of virtual nodes whose ids are known."""
+    if not ids or len(ids) != len(process):
+        raise RingError("one process index per position id, and at least one position")
+    if bits > 64:
+        raise RingError(f"the simulator's ids are at most 64 bits, got {bits}")
+    order = np.argsort(np.asarray(ids, dtype=np.uint64), kind="stable")
+    ring = Ring(bits, np.asarray(ids, dtype=np.uint64)[order], np.asarray(process, dtype=np.int64)[order])
+    rng = np.random.default_rng(seed)
+    return np.stack([keys_per_node(ring, keys, rng) for _ in range(trials)])

@@ -20,7 +20,8 @@ from dht.client import DhtError
 from dht.ids import key_id
 from tests.conftest import one_error_line, run_cli, start_module_ring
 
-SLACK = 2.0  # on top of the deadline and of an interpreter's start-up measured beside it
+SLACK = 3.0  # on top of the deadline and of an interpreter's start-up measured beside it (a loaded
+# machine stretches a command's imports more than the bare start-up measured); a 4 s wait still shows
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +54,21 @@ def test_a_dead_peer_ends_within_the_connect_timeout_in_one_line(command, dead_e
     keys = tmp_path / "keys.txt"
     keys.write_text("a\nb\n")
     args = [a.format(dead=dead_endpoint, keys=keys) for a in command] + ["--connect-timeout", "1.5"]
-    t0 = time.monotonic()
-    started = run_cli("--version")  # what starting and ending the interpreter costs here, now
-    startup = time.monotonic() - t0
-    assert started.returncode == 0
+    startup = interpreter_startup()
     t0 = time.monotonic()
     proc = run_cli(*args, timeout=60)
     took = time.monotonic() - t0
+    startup = max(startup, interpreter_startup())  # the machine's load, before and after
     one_error_line(proc, dead_endpoint, "1.5s")
     assert proc.returncode == 2  # the contract's exit status for a peer that does not answer
     assert took < 1.5 + startup + SLACK, f"{' '.join(command)} took {took:.1f}s (start-up {startup:.1f}s)"
+
+
+def interpreter_startup() -> float:
+    """What starting and ending the interpreter costs here, now."""
+    t0 = time.monotonic()
+    assert run_cli("--version").returncode == 0
+    return time.monotonic() - t0
 
 
 def test_the_client_constructor_has_a_deadline(dead_endpoint):

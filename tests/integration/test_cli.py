@@ -34,9 +34,10 @@ def test_node_info_json(ring):
     proc = run_cli("node", "info", node.endpoint, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"id", "endpoint", "bind", "predecessor", "successors", "fingers", "keys", "pns", "records",
-                        "lookups_served", "neighbours_left", "remembered", "probes", "probe_bytes", "merges",
-                        "services", "denials"}
+    assert set(out) == {"id", "endpoint", "process", "positions", "bind", "predecessor", "successors", "fingers",
+                        "keys", "pns", "records", "lookups_served", "neighbours_left", "remembered", "probes",
+                        "probe_bytes", "merges", "services", "denials"}
+    assert out["process"] == node.endpoint and out["positions"] == [node.endpoint]  # one ring position
     assert out["denials"] == {}  # no policy, nothing refused
     assert set(out["services"]) == {"events", "relay_in", "relay_out"}
     assert out["pns"] == 8  # proximity neighbour selection is on by default

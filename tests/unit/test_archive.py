@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-from dht.maintenance import Maintainer
 from pubsub.archive import ARCHIVE_ACK, ArchiveFeed, archived_publishers, parse_name, segment_name, unpack
 from pubsub.publication import Publication
 
@@ -61,7 +60,7 @@ def test_an_owner_that_died_before_replicating_gets_its_run_sent_again_to_the_ne
 
 
 
-def test_an_owner_counts_its_writes_and_says_how_many_are_replicated(node):
+def test_an_owner_counts_its_writes_and_says_how_many_are_replicated(host, node):
     def records(items: list[dict]) -> dict:
         with node.lock:
             return node._on_records({"op": "records", "id": 1, "items": items, "replicated": True})
@@ -70,11 +69,7 @@ def test_an_owner_counts_its_writes_and_says_how_many_are_replicated(node):
     assert out["written"] >= 1 and out["replicated"] < out["written"]
     renewed = records([{"k": "t", "f": "log/p/1", "op": "renew"}])
     assert renewed["written"] == out["written"], "a renewal writes nothing"
-    maintainer = Maintainer(node)
-    try:
-        maintainer.replicate(full=False)  # alone: no successor to wait for
-    finally:
-        maintainer.rpc.close()
+    host.maintainers[0].replicate(full=False)  # alone: no successor to wait for
     assert records([{"k": "t"}])["replicated"] == out["written"]
 
 

@@ -1,0 +1,264 @@
+"""ChordHost: a node process on the ring, holding one ring position or several (virtual nodes).
+
+Chord balances load with virtual nodes (Stoica et al., SIGCOMM'01 §6.2, Fig. 9: with 20 positions per
+real node the 99th percentile of keys per node falls from 4.6x to 1.6x the mean). A host with
+`vnodes` V holds V positions (dht/node.py's ChordNode, ids from its endpoint and the index,
+dht/ids.py), each a full Chord participant, behind one RPC socket: a request names the position it
+is for (`at`, from the endpoint "host:port/i"; none is position 0). The positions share one thread
+of each kind whatever V is:
+
+- the *server* answers every position's requests (dht/transport.py RpcServer);
+- the *maintenance* thread runs each position's rounds (dht/maintenance.py), a period apart for each
+  and spread over the period, and the jobs their handlers queue, through one ROUTER socket;
+- the *prober* takes the positions in turn, one probe an interval for the whole process
+  (dht/prober.py);
+- the *notifier* publishes every position's record changes on one events socket (dht/notifier.py).
+
+Killing the process kills its positions; a graceful leave (SIGTERM, `node leave` to any of its
+positions) takes them out one after another, each handing its keys to its successor. Copies of a
+position's keys go to positions of other processes (`replica_targets`), so that nothing is lost
+when a process dies, however its positions lie on the ring.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+
+from dht.gate import Denials
+from dht.ids import position_endpoint
+from dht.maintenance import Maintainer
+from dht.node import ChordNode, NodeConfig, Shared
+from dht.notifier import Notifier
+from dht.policy import PolicyFile
+from dht.prober import HINTS
+from dht.proximity import RoundTrips
+from dht.transport import Refused, RpcClient, RpcServer, SocketSetup
+
+log = logging.getLogger(__name__)
+
+
+class ChordHost:
+    """The positions of one process and the threads, sockets and counters they share."""
+
+    def __init__(self, config: NodeConfig, setup: SocketSetup | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.setup = setup
+        self.stopped = threading.Event()
+        self.joined = threading.Event()  # every position has joined
+        self.changes: queue.Queue = queue.Queue()  # record changes, for the notifier
+        self.policy = PolicyFile(config.acl) if config.acl is not None else None
+        self.server = RpcServer(config.bind or config.host, config.port, self._handle, setup=setup,
+                                advertise=config.host, advertise_port=config.advertise_port)
+        self.denials = Denials(f"node {self.server.endpoint}")
+        shared = Shared(self.server, setup, self.stopped, queue.Queue(), self.changes, self.policy, self.denials,
+                        [position_endpoint(self.server.endpoint, i) for i in range(config.vnodes)])
+        self.jobs = shared.jobs
+        # binds the events socket, so that `info` names it
+        self.notifier = Notifier(self, config.bind or config.host, advertise=config.host, port=config.ports)
+        config.services["events"] = self.notifier.endpoint
+        self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
+        self.server.tally = self._tally_served
+        self.notifier.tally = self._tally_published
+        timeout = self.positions[0].timeout
+        self.rpc = RpcClient(timeout=timeout, retries=0, setup=setup)  # the maintenance thread's
+        self.round_trips = RoundTrips()  # per peer process: positions of one process share the path
+        self.rpc.on_rtt = self.round_trips.observe
+        self.maintainers = [Maintainer(p, self.rpc, self.round_trips) for p in self.positions]
+        self.probe_rpc = RpcClient(timeout=timeout, retries=0, setup=setup)  # the prober thread's
+        self.hints: queue.Queue = queue.Queue(maxsize=HINTS)
+        for p in self.positions:
+            p.prober.rpc, p.prober.hints = self.probe_rpc, self.hints
+        self._relay = None
+        self._threads: list[threading.Thread] = []
+
+    # -- what callers see of position 0, the process's own endpoint and id ------------------------
+    @property
+    def node(self) -> ChordNode:
+        return self.positions[0]
+
+    @property
+    def endpoint(self) -> str:
+        return self.positions[0].endpoint
+
+    @property
+    def me(self):  # noqa: ANN201 - a dht.routing.Peer
+        return self.positions[0].me
+
+    @property
+    def timeout(self) -> float:
+        return self.positions[0].timeout
+
+    @property
+    def join_error(self) -> str | None:
+        return next((p.join_error for p in self.positions if p.join_error), None)
+
+    @property
+    def relay(self):  # noqa: ANN201 - pubsub.relay.Relay | None
+        return self._relay
+
+    @relay.setter
+    def relay(self, relay) -> None:  # noqa: ANN001 - a pubsub.relay.Relay (dht never imports pubsub)
+        self._relay = relay
+        for p in self.positions:
+            p.relay = relay
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> ChordHost:
+        for name, target in (("server", self._serve), ("maintenance", self._maintain),
+                             ("notifier", self.notifier.run), ("prober", self._probe)):
+            t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        if not any(t.is_alive() for t in self._threads):
+            self.notifier.close()
+        for p in self.positions:
+            with p.lock:
+                p.store.close()
+
+    def leave(self) -> None:
+        """Graceful leave of every position: runs in the maintenance thread, which then stops the node."""
+        self.jobs.put((0, "leave", None))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.stopped.wait(timeout)
+
+    def close(self) -> None:
+        """Close the sockets of a host that was never started (tests that call handlers directly)."""
+        self.server.close()
+        self.notifier.close()
+        self.rpc.close()
+        self.probe_rpc.close()
+
+    # -- the server thread ----------------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            self.server.serve(self.stopped)
+        finally:
+            self.server.close()
+
+    def _handle(self, request: dict) -> dict:
+        at = request.get("at", 0)
+        if at >= len(self.positions):
+            raise Refused(f"no position {at} here: {self.server.endpoint} holds {len(self.positions)}")
+        return self.positions[at]._handle(request)
+
+    def _tally_served(self, at: int, received: int, sent: int) -> None:
+        position = self.positions[at]
+        position.bytes_in += received
+        position.replies_bytes += sent
+
+    def _tally_published(self, origin: int, sent: int) -> None:
+        if 0 <= origin < len(self.positions):
+            self.positions[origin].events_bytes += sent
+            self.positions[origin].events += 1
+
+    # -- the maintenance thread -----------------------------------------------------------------
+    def _step(self, index: int, step) -> None:  # noqa: ANN001 - a callable of no arguments
+        """Run one step of a position's maintenance, its requests' bytes counted as that position's."""
+        before = self.rpc.bytes_sent
+        try:
+            step()
+        finally:
+            self.positions[index].requests_bytes += self.rpc.bytes_sent - before
+
+    def _maintain(self) -> None:
+        try:
+            for i, m in enumerate(self.maintainers):
+                via = None if i == 0 else [self.positions[0].endpoint]
+                self._step(i, lambda m=m, via=via: m.join(via))
+                if self.stopped.is_set():
+                    return
+            self.joined.set()
+            self._rounds()
+        except Exception:  # a maintenance bug must not silently stop the node healing
+            log.exception("maintenance stopped")
+        finally:
+            self.rpc.close()
+
+    def _rounds(self) -> None:
+        """Each position's rounds start a period apart (not a period after the last one ended: a round
+        slowed by timeouts on dead peers must not also delay the next stabilize, which is what heals
+        the ring around them); the positions' rounds are spread over the period."""
+        period = self.config.stabilize
+        v = len(self.positions)
+        start = time.monotonic()
+        next_round = [start + period * i / v for i in range(v)]
+        while not self.stopped.is_set():
+            wait = min(next_round) - time.monotonic()
+            try:
+                index, kind, arg = self.jobs.get(timeout=wait) if wait > 0 else self.jobs.get_nowait()
+            except queue.Empty:
+                index, kind, arg = None, "round", None
+            try:
+                if kind == "leave":
+                    self._leave_all()
+                    return
+                if index is not None:
+                    if not self.positions[index].left:
+                        self._step(index, lambda m=self.maintainers[index], k=kind, a=arg: m.job(k, a))
+                    continue
+                now = time.monotonic()
+                for i, m in enumerate(self.maintainers):
+                    if next_round[i] <= now and not self.stopped.is_set():
+                        started = time.monotonic()
+                        self._step(i, m.round)
+                        next_round[i] = started + period * random.uniform(0.9, 1.1)
+            except Exception:  # a maintenance bug must not silently stop the node healing
+                log.exception("maintenance step %s failed", kind)
+
+    def _leave_all(self) -> None:
+        """Every position leaves, the last on the circle first: a position whose successor is one of
+        ours that has already gone hands its keys past it, so no key moves twice within the process."""
+        try:
+            for i in sorted(range(len(self.positions)), key=lambda j: -self.positions[j].me.id):
+                if not self.positions[i].left:
+                    self._step(i, self.maintainers[i].leave)
+        finally:
+            self.stopped.set()
+
+    # -- the prober thread ----------------------------------------------------------------------
+    def _probe(self) -> None:
+        probers = [p.prober for p in self.positions]
+        every = probers[0].every
+        try:
+            while not self.joined.wait(0.2):
+                if self.stopped.is_set():
+                    return
+            next_probe = time.monotonic() + every * random.uniform(0.5, 1.0)
+            turn = 0
+            while not self.stopped.is_set():
+                wait = max(0.0, next_probe - time.monotonic()) if every > 0 else 1.0
+                try:
+                    prober, peer, hops = self.hints.get(timeout=min(wait, self.config.stabilize, 1.0))
+                    if not prober.node.left:
+                        prober.counted(lambda p=prober, e=peer, h=hops: p.follow(e, h))
+                except queue.Empty:
+                    if every > 0 and time.monotonic() >= next_probe:
+                        next_probe = time.monotonic() + every * random.uniform(0.9, 1.1)
+                        prober = probers[turn % len(probers)]
+                        turn += 1
+                        if not prober.node.left:
+                            prober.counted(prober.probe)
+                    else:
+                        for prober in probers:
+                            prober.sync()
+                except Exception:  # a prober bug must not stop the node probing
+                    log.exception("probe failed")
+                for prober in probers:
+                    prober.save()
+        finally:
+            for prober in probers:
+                prober.save(force=True)
+            self.probe_rpc.close()
