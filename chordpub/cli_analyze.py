@@ -28,10 +28,10 @@ def analyze(
 
     output_file(out, "--out")  # the directory itself is made; where it goes must exist
     try:
-        find_traces(dirs)  # a bad directory fails before the JVM starts
+        found = find_traces(dirs)  # a bad directory fails before the JVM starts
     except AnalyzeError as exc:
         fail(str(exc))
-    spark = session(master)
+    spark = session(master, input_bytes=found.bytes())
     try:
         result = analyze(spark, dirs)
     finally:

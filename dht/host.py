@@ -9,7 +9,8 @@ of each kind whatever V is:
 
 - the *server* answers every position's requests (dht/transport.py RpcServer);
 - the *maintenance* thread runs each position's rounds (dht/maintenance.py), a period apart for each
-  and spread over the period, and the jobs their handlers queue, through one ROUTER socket;
+  and spread over the period, and the jobs their handlers queue, through one ROUTER socket; what
+  one position asks another of the same process is answered in place (dht/local_calls.py);
 - the *prober* takes the positions in turn, one probe an interval for the whole process
   (dht/prober.py);
 - the *notifier* publishes every position's record changes on one events socket (dht/notifier.py).
@@ -30,6 +31,7 @@ import time
 
 from dht.gate import Denials
 from dht.ids import position_endpoint
+from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
 from dht.node import ChordNode, NodeConfig, Shared
 from dht.notifier import Notifier
@@ -57,6 +59,7 @@ class ChordHost:
         self.denials = Denials(f"node {self.server.endpoint}")
         shared = Shared(self.server, setup, self.stopped, queue.Queue(), self.changes, self.policy, self.denials,
                         [position_endpoint(self.server.endpoint, i) for i in range(config.vnodes)])
+        self.shared = shared
         self.jobs = shared.jobs
         # binds the events socket, so that `info` names it
         self.notifier = Notifier(self, config.bind or config.host, advertise=config.host, port=config.ports)
@@ -65,11 +68,14 @@ class ChordHost:
         self.server.tally = self._tally_served
         self.notifier.tally = self._tally_published
         timeout = self.positions[0].timeout
-        self.rpc = RpcClient(timeout=timeout, retries=0, setup=setup)  # the maintenance thread's
         self.round_trips = RoundTrips()  # per peer process: positions of one process share the path
-        self.rpc.on_rtt = self.round_trips.observe
+        maintenance_rpc = RpcClient(timeout=timeout, retries=0, setup=setup, watch=True)
+        maintenance_rpc.on_rtt = self.round_trips.observe
+        # the maintenance thread's requests: to our own positions answered in place (dht/local_calls.py)
+        self.rpc = LocalFirst(maintenance_rpc, self.server.endpoint, self._handle)
         self.maintainers = [Maintainer(p, self.rpc, self.round_trips) for p in self.positions]
-        self.probe_rpc = RpcClient(timeout=timeout, retries=0, setup=setup)  # the prober thread's
+        self.probe_rpc = LocalFirst(RpcClient(timeout=timeout, retries=0, setup=setup, watch=True),
+                                    self.server.endpoint, self._handle)  # the prober thread's
         self.hints: queue.Queue = queue.Queue(maxsize=HINTS)
         for p in self.positions:
             p.prober.rpc, p.prober.hints = self.probe_rpc, self.hints
@@ -167,11 +173,12 @@ class ChordHost:
     # -- the maintenance thread -----------------------------------------------------------------
     def _step(self, index: int, step) -> None:  # noqa: ANN001 - a callable of no arguments
         """Run one step of a position's maintenance, its requests' bytes counted as that position's."""
-        before = self.rpc.bytes_sent
+        before, sent = self.rpc.bytes_sent, self.rpc.sent
         try:
             step()
         finally:
             self.positions[index].requests_bytes += self.rpc.bytes_sent - before
+            self.positions[index].requests_sent += self.rpc.sent - sent
 
     def _maintain(self) -> None:
         try:
@@ -210,11 +217,15 @@ class ChordHost:
                         self._step(index, lambda m=self.maintainers[index], k=kind, a=arg: m.job(k, a))
                     continue
                 now = time.monotonic()
-                for i, m in enumerate(self.maintainers):
-                    if next_round[i] <= now and not self.stopped.is_set():
-                        started = time.monotonic()
-                        self._step(i, m.round)
-                        next_round[i] = started + period * random.uniform(0.9, 1.1)
+                due = [i for i in range(v) if next_round[i] <= now and not self.positions[i].left]
+                self.rpc.new_cycle()
+                for i in due:  # every due position's ring pointers first: no lookup of another delays them
+                    next_round[i] = time.monotonic() + period * random.uniform(0.9, 1.1)
+                    if not self.stopped.is_set():
+                        self._step(i, self.maintainers[i].ring_round)
+                for i in due:
+                    if not self.stopped.is_set():
+                        self._step(i, self.maintainers[i].rest_round)
             except Exception:  # a maintenance bug must not silently stop the node healing
                 log.exception("maintenance step %s failed", kind)
 
@@ -225,6 +236,7 @@ class ChordHost:
             for i in sorted(range(len(self.positions)), key=lambda j: -self.positions[j].me.id):
                 if not self.positions[i].left:
                     self._step(i, self.maintainers[i].leave)
+                    self.shared.positions.remove(self.positions[i].endpoint)  # `info` lists those still in
         finally:
             self.stopped.set()
 
@@ -240,6 +252,7 @@ class ChordHost:
             turn = 0
             while not self.stopped.is_set():
                 wait = max(0.0, next_probe - time.monotonic()) if every > 0 else 1.0
+                self.probe_rpc.new_cycle()  # each probe and hint asks afresh
                 try:
                     prober, peer, hops = self.hints.get(timeout=min(wait, self.config.stabilize, 1.0))
                     if not prober.node.left:

@@ -98,6 +98,9 @@ class Maintainer:
         self.rpc = rpc
         self.round_trips = round_trips  # every call's round trip: PNS chooses fingers by them
         node.round_trips = round_trips
+        # a peer found dead: this position forgets every position of its process (a process dies whole);
+        # the others of ours, if they call it within the same round, are told at once (dht/local_calls.py)
+        self.lost: Callable[[str], None] = self.forget_process
         self._replicated_to: list[str] = []
         self._last_links: tuple = ()
         self._quiet_rounds = 0
@@ -175,9 +178,19 @@ class Maintainer:
             node.stopped.wait(self.config.stabilize)
 
     def round(self) -> None:
-        node = self.node
+        self.ring_round()
+        self.rest_round()
+
+    def ring_round(self) -> None:
+        """The part of a round that keeps the ring one loop (ToN'03 Fig. 6): a process of several
+        positions runs it for every position due before any of `rest_round`, whose lookups may wait
+        on dead peers."""
         self.stabilize()
         self.check_predecessor()
+
+    def rest_round(self) -> None:
+        """Fingers, replication, expiry: the rest of a round."""
+        node = self.node
         self.fix_fingers()
         self.replicate(full=node.rounds % FULL_EVERY == 0,
                        refresh=node.rounds % self.config.refresh_every == 0)
@@ -203,12 +216,13 @@ class Maintainer:
                     return
                 succ = self.routing.successor
             self.fresh_if_down(succ.endpoint)
+            known_silent = process_of(succ.endpoint) in getattr(self.rpc, "silent", ())
             links = self.rpc.call(succ.endpoint, "get_links")
             if not links.ok:
                 if unreachable(links):
-                    log.info("%s: successor %s is unreachable", self.me.endpoint, succ.endpoint)
-                    with lock:
-                        self.routing.forget(succ.endpoint)
+                    if not known_silent:
+                        log.info("%s: successor %s is unreachable", self.me.endpoint, succ.endpoint)
+                    self.lost(succ.endpoint)
                     continue
                 return
             try:
@@ -218,13 +232,18 @@ class Maintainer:
                 log.warning("bad get_links reply from %s: %s", succ.endpoint, exc)
                 return
             with lock:
-                if x is not None and x != self.me and in_open(x.id, self.me.id, succ.id):
+                if x is not None and x != self.me and in_open(x.id, self.me.id, succ.id) and \
+                        process_of(x.endpoint) not in getattr(self.rpc, "silent", ()):  # not one just found dead
                     self.routing.consider_successor(x)
                     continue  # verify the closer successor and take its list
                 self.routing.adopt_successor_list(succ, its)
             if x != self.me:  # the successor already knows us as its predecessor otherwise
                 self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
             return
+
+    def forget_process(self, endpoint: str) -> None:
+        with self.node.lock:
+            self.routing.forget_process(endpoint)
 
     def fresh_if_down(self, endpoint: str) -> None:
         """A peer that did not answer lately gets a new connection before it is asked again: one
@@ -249,8 +268,7 @@ class Maintainer:
         self._pred_missed += 1
         if self._pred_missed >= 2:
             self._pred_missed = 0
-            with self.node.lock:
-                self.routing.forget(pred.endpoint)
+            self.lost(pred.endpoint)
 
     def fix_fingers(self) -> None:
         """fix_fingers() (ToN'03 Fig. 6), adaptive.
@@ -269,7 +287,7 @@ class Maintainer:
             self._last_links = links
             self._quiet_rounds = 0
         full = self._quiet_rounds < QUIET_ROUNDS_BEFORE_INCREMENTAL
-        changed = False
+        changed = stop = False
         i = 0 if full else self._next_finger
         while i < self.config.bits and not self.node.stopped.is_set():
             with lock:
@@ -282,8 +300,12 @@ class Maintainer:
                                          max_steps=2 * self.config.bits)
                 if self.config.on_lookup is not None:
                     self.config.on_lookup(found, self.me.id)
+                if found.timeouts:  # a peer on the way is dead: the round stays short, the next goes on
+                    changed, stop = True, True
                 if not found.ok or found.owner is None:
                     i += 1
+                    if stop:
+                        break
                     continue
                 owner = found.owner
             with lock:
@@ -296,7 +318,7 @@ class Maintainer:
             if self.config.pns > 1 and owner != self.me:
                 self.pick_by_proximity(last, owner, previous, probe=not full)
             i = last + 1
-            if not full and owner != succ:
+            if stop or (not full and owner != succ):
                 break
         self._next_finger = i if i < self.config.bits else 0
         self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
@@ -344,8 +366,7 @@ class Maintainer:
         if endpoint != self.me.endpoint:
             reply = self.remote_ask(endpoint, k, avoid)
             if unreachable(reply):
-                with self.node.lock:
-                    self.routing.forget(endpoint)
+                self.lost(endpoint)
             return reply
         with self.node.lock:
             hop = self.routing.next_hop(k, avoid)
@@ -438,8 +459,7 @@ class Maintainer:
             reply = self.rpc.call(endpoint, op, entries=[list(e) for e in batch])
             ok = ok and reply.ok
             if unreachable(reply):
-                with self.node.lock:
-                    self.routing.forget(endpoint)
+                self.lost(endpoint)
                 return False
         return ok
 

@@ -36,6 +36,8 @@ from dht.transport import Refused, RpcServer, SocketSetup
 
 log = logging.getLogger(__name__)
 
+MIN_TIMEOUT = 0.25  # seconds the maintenance waits for a peer's reply, at the least
+
 
 @dataclass
 class NodeConfig:
@@ -118,7 +120,7 @@ class Shared:
     changes: queue.Queue  # record changes dht/notifier.py publishes
     policy: PolicyFile | None
     denials: Denials
-    positions: list[str] = field(default_factory=list)  # every position's endpoint, in index order
+    positions: list[str] = field(default_factory=list)  # the endpoints of the positions in the ring, by index
 
 
 class Jobs:
@@ -179,12 +181,15 @@ class ChordNode:
         self.bytes_in = 0  # requests to this position
         self.replies_bytes = 0  # its replies
         self.requests_bytes = 0  # its own requests (the maintenance thread's, for it)
+        self.requests_sent = 0  # and how many
         self.events_bytes = 0  # record changes published for it (set by the notifier)
         self.events = 0
         self.relay = None  # the relay its process runs (pubsub/relay.py), counted on position 0
         self.neighbours_left: deque[str] = deque(maxlen=16)  # told by `leaving`: `ring watch` says "left"
-        # half a period: a dead peer costs a round at most half its length (loopback answers in <1 ms)
-        self.timeout = config.rpc_timeout or max(0.05, min(1.0, config.stabilize / 2))
+        # half a period, so that a dead peer costs a round at most half its length (loopback answers in
+        # <1 ms), but a quarter second at least: a live peer on a loaded machine can be that slow, and
+        # taking it for dead breaks the ring where it stands (its process holds all its positions)
+        self.timeout = config.rpc_timeout or max(MIN_TIMEOUT, min(1.0, config.stabilize / 2))
         # the nodes this node has known (dht/membership.py): seeds, and with --data-dir those of its last run
         self.members = Members(self.me.endpoint, config.seeds)
         self.remembered_at_start = self.members.load(self.data_dir) if self.data_dir else 0
@@ -296,6 +301,7 @@ class ChordNode:
         """Bytes this position sent: replies, its own requests (stabilization, replication, lookups), and
         record changes published (counted once: libzmq copies them to each watcher). Records held."""
         return {"replies_bytes": self.replies_bytes, "requests_bytes": self.requests_bytes,
+                "requests": self.requests_sent,
                 "events_bytes": self.events_bytes, "events": self.events,
                 "record_fields": sum(len(f) for f in self.records.fields.values())}
 

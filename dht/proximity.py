@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from dht.ids import distance
+from dht.ids import distance, process_of
 from dht.routing import Peer
 
 ALPHA = 0.3  # weight of a new sample: a few samples wash out a connection's slow first reply
@@ -28,8 +28,9 @@ DEFAULT_SAMPLES = 8  # the measured knee: the interval's first node and a succes
 
 
 class RoundTrips:
-    """Moving average of the round trip to each peer endpoint, in milliseconds, and the peers that did
-    not answer lately (a PNS choice skips them); both bounded. `now` is the caller's round counter."""
+    """Moving average of the round trip to each peer process, in milliseconds, and the peers that did
+    not answer lately (a PNS choice skips them); both bounded. `now` is the caller's round counter. The
+    ring positions of one process ("host:port/i", dht/ids.py) share its figures: one path, one fate."""
 
     def __init__(self, alpha: float = ALPHA, max_peers: int = MAX_PEERS, down_rounds: int = DOWN_ROUNDS) -> None:
         self.alpha = alpha
@@ -41,6 +42,7 @@ class RoundTrips:
 
     def observe(self, endpoint: str, seconds: float | None) -> None:
         """A call's round trip; None: the peer did not answer (its average is dropped)."""
+        endpoint = process_of(endpoint)
         if seconds is None:
             self._ms.pop(endpoint, None)
             self._down.pop(endpoint, None)
@@ -56,11 +58,11 @@ class RoundTrips:
             self._ms.popitem(last=False)
 
     def get(self, endpoint: str) -> float | None:
-        return self._ms.get(endpoint)
+        return self._ms.get(process_of(endpoint))
 
     def down(self, endpoint: str) -> bool:
         """Whether the peer failed to answer within the last `down_rounds` rounds."""
-        failed = self._down.get(endpoint)
+        failed = self._down.get(process_of(endpoint))
         return failed is not None and self.now - failed < self.down_rounds
 
     def __len__(self) -> int:

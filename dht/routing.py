@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from dht.ids import check_bits, distance, finger_start, in_half_open, in_open
+from dht.ids import check_bits, distance, finger_start, in_half_open, in_open, process_of
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,16 @@ class RoutingTable:
                 self.successors = [fallback]
         if self.successors:
             self.fingers[0] = self.successors[0]
+        return changed
+
+    def forget_process(self, endpoint: str) -> bool:
+        """Drop every position of `endpoint`'s process (found dead: a process dies with all its
+        positions, dht/ids.py). Returns whether anything changed."""
+        process = process_of(endpoint)
+        gone = {p.endpoint for p in self.known_peers() if process_of(p.endpoint) == process}
+        changed = False
+        for e in gone:
+            changed = self.forget(e) or changed
         return changed
 
     def _fallback_successor(self) -> Peer | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from dht import wire
 from dht.ids import position_of, process_of
@@ -231,7 +232,10 @@ class RpcClient:
     """
 
     def __init__(self, timeout: float = 1.0, retries: int = 1, setup: SocketSetup | None = None,
-                 context: zmq.Context | None = None, max_peers: int = 4096) -> None:
+                 context: zmq.Context | None = None, max_peers: int = 4096, watch: bool = False) -> None:
+        """`watch`: follow the connections through libzmq's socket monitor, so that a blocking call to a
+        peer whose process closed our connection (it died: the kernel closes its sockets) fails at once
+        instead of after `timeout`; a busy peer keeps its connections and is waited for as ever."""
         self.context = context or zmq.Context.instance()
         self.timeout = timeout
         self.retries = retries
@@ -251,6 +255,13 @@ class RpcClient:
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
         self._timeouts: dict[str, int] = {}  # process endpoint -> timeouts in a row
         self.bytes_sent = 0
+        self.sent = 0  # requests sent
+        self._closed: set[str] = set()  # addresses whose connection the peer closed since we connected
+        self._watch = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED) if watch else None
+        self._poller = zmq.Poller()
+        self._poller.register(self.socket, zmq.POLLIN)
+        if self._watch is not None:
+            self._poller.register(self._watch, zmq.POLLIN)
         # told each blocking call's round trip in seconds, or None when the peer did not answer
         self.on_rtt: Callable[[str, float | None], None] | None = None
 
@@ -260,7 +271,11 @@ class RpcClient:
         """Send one request and wait for its reply; never raises for network trouble."""
         timeout = self.timeout if timeout is None else timeout
         retries = self.retries if retries is None else retries
+        err = f"no reply from {endpoint} within {timeout:g}s"
         for _attempt in range(retries + 1):
+            if self._gone(endpoint):
+                err = f"no reply from {endpoint}: it closed its connection (its process is gone)"
+                break
             rid = next(self._ids)
             fresh = process_of(endpoint) not in self._peers  # the first reply also pays for the connection
             sent_at = time.monotonic()
@@ -268,29 +283,49 @@ class RpcClient:
             if failed is not None:
                 return failed
             self._pending[rid] = (endpoint, sent_at + timeout, None)
-            body = self._await(rid, timeout)
+            body = self._await(rid, timeout, endpoint)
             if body is not None:
                 if self.on_rtt is not None and not fresh:
                     self.on_rtt(endpoint, time.monotonic() - sent_at)
                 if body.get("ok"):
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
+            if self._gone(endpoint):
+                err = f"no reply from {endpoint}: it closed its connection (its process is gone)"
+                break  # libzmq reconnects by itself: no Lazy Pirate reset
             self._timed_out(endpoint)
         if self.on_rtt is not None:
             self.on_rtt(endpoint, None)
-        return Reply(False, err=f"no reply from {endpoint} within {timeout:g}s", timed_out=True)
+        return Reply(False, err=err, timed_out=True)
 
-    def _await(self, rid: int, timeout: float) -> dict | None:
+    def _await(self, rid: int, timeout: float, endpoint: str | None = None) -> dict | None:
         deadline = time.monotonic() + timeout
         while rid not in self._replies:
             left = deadline - time.monotonic()
-            if not self.socket.poll(max(int(left * 1000), 0) + 1):  # at the deadline: one last look
-                if time.monotonic() >= deadline:
-                    self._pending.pop(rid, None)
-                    return None
+            ready = dict(self._poller.poll(max(int(left * 1000), 0) + 1))  # at the deadline: one last look
+            if self.socket in ready:
+                self.on_readable()
                 continue
-            self.on_readable()
+            if endpoint is not None and self._watch in ready and self._gone(endpoint):
+                self._pending.pop(rid, None)
+                return None
+            if time.monotonic() >= deadline:
+                self._pending.pop(rid, None)
+                return None
         return self._replies.pop(rid)
+
+    def _gone(self, endpoint: str) -> bool:
+        """Whether the process at `endpoint` closed our connection to it (and it is not back)."""
+        if self._watch is None:
+            return False
+        while self._watch.poll(0):
+            event = recv_monitor_message(self._watch)
+            address = event["endpoint"].decode(errors="replace")
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self._closed.discard(address)
+            elif len(self._closed) < self.max_peers:
+                self._closed.add(address)
+        return wire.zmq_address(endpoint) in self._closed
 
     def _timed_out(self, endpoint: str) -> None:
         process = process_of(endpoint)
@@ -381,6 +416,7 @@ class RpcClient:
             self.reset(endpoint)
             return Reply(False, err=f"send failed: {exc}")
         self.bytes_sent += len(body)
+        self.sent += 1
         return None
 
     def _peer(self, endpoint: str) -> bytes:
@@ -393,6 +429,7 @@ class RpcClient:
         peer = f"{process}#{next(self._generation)}".encode()
         self.socket.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
         self.socket.connect(address)
+        self._closed.discard(address)  # a new connection: judged on its own events
         self._peers[process] = peer
         while len(self._peers) > self.max_peers:
             old, _ = self._peers.popitem(last=False)
@@ -420,6 +457,9 @@ class RpcClient:
         self._pending.clear()
         self._replies.clear()
         self._peers.clear()
+        if self._watch is not None:
+            self.socket.disable_monitor()
+            self._watch.close(linger=0)
         self.socket.close(linger=0)
 
     def __enter__(self) -> RpcClient:

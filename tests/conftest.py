@@ -35,6 +35,18 @@ def _rank(item: pytest.Item) -> int:
     return FIRST.index(name) if name in FIRST else len(FIRST)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--vnodes", type=int, default=1, help="Ring positions each node process of the ring tests "
+                     "holds (`node start --vnodes`): `make test PYTEST_ARGS='--vnodes 4 tests/integration/"
+                     "test_ring.py tests/integration/test_chaos.py'` runs the ring and chaos tests on virtual nodes.")
+
+
+@pytest.fixture(scope="session")
+def vnodes(request: pytest.FixtureRequest) -> int:
+    """Ring positions per node process of the rings `ring_factory` starts (the --vnodes option)."""
+    return request.config.getoption("vnodes")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest chains first, so that no worker starts one when the others are nearly done."""
     items.sort(key=_rank)  # stable: a module's tests keep their order
@@ -56,12 +68,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, AN
 
 
 @pytest.fixture
-def ring_factory(tmp_path: Path):
-    """make(**node_options) -> a LocalRing whose processes are all killed at teardown."""
+def ring_factory(tmp_path: Path, vnodes: int):
+    """make(**node_options) -> a LocalRing whose processes are all killed at teardown; each process holds
+    --vnodes ring positions (the pytest option) unless the options say."""
     rings: list[LocalRing] = []
 
     def make(setup=None, **options) -> LocalRing:  # noqa: ANN001 - a dht.transport.SocketSetup
-        ring = LocalRing(tmp_path / f"ring{len(rings)}", options={"stabilize": PERIOD, **options}, setup=setup)
+        defaults = {"stabilize": PERIOD, **({"vnodes": vnodes} if vnodes > 1 else {})}
+        ring = LocalRing(tmp_path / f"ring{len(rings)}", options={**defaults, **options}, setup=setup)
         rings.append(ring)
         return ring
 

@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        find_traces(args.dirs)  # fail on a bad directory before the JVM starts
-        spark = session(args.master)
+        found = find_traces(args.dirs)  # fail on a bad directory before the JVM starts
+        spark = session(args.master, input_bytes=found.bytes())
         result = analyze(spark, args.dirs)
     except AnalyzeError as exc:
         print(f"chordpub analyze: {exc}", file=sys.stderr)

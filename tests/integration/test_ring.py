@@ -1,4 +1,5 @@
-"""The live ring: real node processes talking ZeroMQ on loopback (issue 2's acceptance)."""
+"""The live ring: real node processes talking ZeroMQ on loopback. Each holds one ring position, or
+--vnodes of them with `pytest --vnodes V` (tests/helpers/positions.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import time
 
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
-from dht.ids import in_half_open, key_id, owner_of
+from dht.ids import key_id, owner_of
 from tests.conftest import PERIOD
+from tests.helpers.positions import copies, positions, survivable_kills, total
 
 
 def grow(ring, n: int) -> None:
@@ -23,10 +25,10 @@ def grow(ring, n: int) -> None:
 def test_sixteen_successive_joins_become_consistent_and_fingers_exact(ring_factory, record_property):
     ring = ring_factory()
     grow(ring, 16)
-    report, took = ring.wait_consistent(timeout=10 * PERIOD)
-    assert report["nodes"] == 16
+    report, took = ring.wait_consistent(timeout=10 * PERIOD * ring.nodes[0].vnodes)
+    assert report["nodes"] == ring.positions and report["processes"] == 16
     record_property("consistent_after_periods", round(took / PERIOD, 1))
-    report, took_f = ring.wait_consistent(timeout=20 * PERIOD, fingers=True)
+    report, took_f = ring.wait_consistent(timeout=20 * PERIOD * ring.nodes[0].vnodes, fingers=True)
     assert report["fingers_correct"] == 1.0
     record_property("fingers_exact_after_periods", round((took + took_f) / PERIOD, 1))
 
@@ -35,8 +37,8 @@ def test_lookups_return_the_true_owner_in_about_half_log_n_hops(ring_factory):
     ring = ring_factory()
     ring.start(16)
     ring.wait_consistent(timeout=30, fingers=True)
-    ids = sorted(n.id for n in ring.nodes)
-    endpoints = [n.endpoint for n in ring.nodes]
+    ids = [p.id for p in positions(ring.nodes)]
+    endpoints = [p.endpoint for p in positions(ring.nodes)]
     rng = random.Random(3)
     hops = []
     with DhtClient(endpoints[0]) as client:
@@ -58,7 +60,7 @@ def test_with_prs_a_node_answers_a_key_its_successor_list_covers_with_the_owner(
     ring = ring_factory(prs=True)
     ring.start(16)
     ring.wait_consistent(timeout=30, fingers=True)
-    order = sorted(ring.nodes, key=lambda n: n.id)
+    order = positions(ring.nodes)
     ids = [n.id for n in order]
     rng = random.Random(5)
     with DhtClient(order[0].endpoint) as client:
@@ -72,20 +74,8 @@ def test_with_prs_a_node_answers_a_key_its_successor_list_covers_with_the_owner(
             assert found.hops == 0, (key, found.path)
 
 
-def neighbours_apart(ring, count: int, rng: random.Random) -> list:
-    """`count` nodes of which no two are ring neighbours."""
-    order = sorted(ring.nodes, key=lambda n: n.id)
-    n = len(order)
-    while True:
-        picks = sorted(rng.sample(range(n), count))
-        gaps = [(b - a) % n for a, b in zip(picks, picks[1:] + picks[:1], strict=True)]
-        if all(g >= 2 for g in gaps):
-            return [order[i] for i in picks]
-
-
 def stored_total(ring) -> int:
-    with DhtClient(ring.live[0].endpoint) as client:
-        return sum(client.info(n.endpoint)["stored"] for n in ring.live)
+    return total(ring.live, ring.live[0].endpoint)
 
 
 def test_keys_survive_three_killed_nodes_no_two_neighbours(ring_factory, record_property):
@@ -98,9 +88,9 @@ def test_keys_survive_three_killed_nodes_no_two_neighbours(ring_factory, record_
             client.put(k, v)
     # every key is on its owner and the owner's first two successors before the failure
     wait_for(lambda: stored_total(ring) == 3 * len(keys), timeout=20 * PERIOD, what="3 copies of each key")
-    for victim in neighbours_apart(ring, 3, random.Random(11)):
-        ring.kill(victim)
-    _, took = ring.wait_consistent(timeout=10 * PERIOD)
+    for victim in survivable_kills(ring.nodes, 3, random.Random(11), replicas=3):
+        ring.kill(victim)  # every position of the process dies with it
+    _, took = ring.wait_consistent(timeout=10 * PERIOD * ring.nodes[0].vnodes)
     record_property("healed_after_periods", round(took / PERIOD, 1))
     with DhtClient(ring.live[0].endpoint) as client:
         for k, v in keys.items():
@@ -115,9 +105,9 @@ def test_graceful_leave_loses_no_key(ring_factory):
     with DhtClient(ring.nodes[0].endpoint) as client:
         for k, v in keys.items():
             client.put(k, v)
-        leaver = max(ring.nodes[1:], key=lambda n: client.info(n.endpoint)["keys"])
-        assert client.info(leaver.endpoint)["keys"] > 0
-        client.leave(leaver.endpoint)
+        leaver = max(ring.nodes[1:], key=lambda n: total([n], n.endpoint, "keys"))
+        assert total([leaver], leaver.endpoint, "keys") > 0
+        client.leave(leaver.endpoint)  # every position of the process leaves, each handing over its keys
         leaver.proc.wait(timeout=10)
     ring.wait_consistent(timeout=10 * PERIOD)
     with DhtClient(ring.live[0].endpoint) as client:
@@ -134,23 +124,21 @@ def test_a_joining_node_ends_up_with_exactly_its_keys_and_replicas(ring_factory)
     with DhtClient(ring.nodes[0].endpoint) as client:
         for k in keys:
             client.put(k, b"x")
-        # placed in the middle of the widest arc, so that it surely takes keys over
-        ids = sorted(n.id for n in ring.nodes)
+        # its first position in the middle of the widest arc, so that it surely takes keys over
+        ids = [p.id for p in positions(ring.nodes)]
         gap, start = max(((b - a) % 2**64, a) for a, b in zip(ids, ids[1:] + ids[:1], strict=True))
         newcomer = ring.add(id=(start + gap // 2) % 2**64)
-        ring.wait_consistent(timeout=10 * PERIOD)
-        ids = sorted(n.id for n in ring.nodes)
-        pos = ids.index(newcomer.id)
-        owned = {k for k in keys if in_half_open(key_id(k), ids[pos - 1], newcomer.id)}
-        # replicas it should hold: the keys of its replicas-1 predecessors
-        held_for = {k for k in keys
-                    for j in range(1, replicas)
-                    if in_half_open(key_id(k), ids[pos - j - 1], ids[pos - j])}
+        ring.wait_consistent(timeout=10 * PERIOD * newcomer.vnodes)
+        ring_now = positions(ring.nodes)
+        mine = {p.endpoint for p in ring_now if p.node is newcomer}
+        owned = {k for k in keys if copies(ring_now, key_id(k), replicas)[0].endpoint in mine}
+        # and the copies it holds for the positions before it
+        held_for = {k for k in keys if any(c.endpoint in mine for c in copies(ring_now, key_id(k), replicas))}
         assert owned, "the test needs the newcomer to own something"
 
         def settled() -> bool:
-            info = client.info(newcomer.endpoint)
-            return info["keys"] == len(owned) and info["stored"] == len(owned | held_for)
+            infos = [client.info(e) for e in mine]
+            return sum(i["keys"] for i in infos) == len(owned) and sum(i["stored"] for i in infos) == len(held_for)
 
         wait_for(settled, timeout=30 * PERIOD, what="the newcomer's keys")
         for k in owned:
@@ -162,8 +150,8 @@ def test_thirty_two_nodes_started_at_once_converge(ring_factory, record_property
     t0 = time.monotonic()
     ring.start(32, timeout=120)
     started = time.monotonic()
-    report, took = ring.wait_consistent(timeout=20 * 0.5)
-    assert report["nodes"] == 32
+    report, took = ring.wait_consistent(timeout=20 * 0.5 * ring.nodes[0].vnodes)
+    assert report["nodes"] == ring.positions and report["processes"] == 32
     periods = took / 0.5
     record_property("converged_after_periods", round(periods, 1))
     (tmp_path / "convergence.json").write_text(json.dumps(
@@ -185,7 +173,7 @@ def test_a_delete_outlives_the_owner_and_is_not_resurrected_by_a_replica(ring_fa
         # the tombstone reaches the replicas; then the owner dies
         wait_for(lambda: stored_total(ring) == 3, timeout=20 * PERIOD, what="tombstones replicated")
         owner = client.lookup("doomed").owner
-    victim = next(n for n in ring.nodes if n.endpoint == owner.endpoint)
+    victim = next(p.node for p in positions(ring.nodes) if p.endpoint == owner.endpoint)
     ring.kill(victim)
     ring.wait_consistent(timeout=10 * PERIOD)
     with DhtClient(ring.live[0].endpoint) as client:

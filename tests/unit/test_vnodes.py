@@ -130,3 +130,20 @@ def test_the_simulator_counts_keys_per_process_on_given_ids():
     assert trials.shape == (20, 2) and (trials.sum(axis=1) == 10_000).all()
     share = trials[:, 0].mean() / 10_000
     assert share == pytest.approx((124 + 100) / 1024, abs=0.01)
+
+
+def test_a_position_asks_another_of_its_process_in_place_and_gets_what_the_socket_would_say():
+    host = ChordHost(NodeConfig(host="127.0.0.1", port=0, bits=16, vnodes=3))
+    try:
+        target = host.positions[2].me.endpoint
+        local = host.rpc.call(target, "get_links")
+        remote = wire.decode_reply(host.server.handle_frames([b"peer", wire.encode_request("get_links", 1, at=2)])[-1])
+        assert local.ok and local.body == {**remote, "id": 0}
+        assert host.rpc.sent == 0 and host.rpc.local == 1  # no message went out
+        assert host.round_trips.get(target) == 0.0  # nothing is nearer than our own process
+        refused = host.rpc.call(target, "next_hop", key_id=1 << 20)  # off this 16-bit circle
+        assert not refused.ok and "outside" in refused.err
+        elsewhere = host.rpc.call("127.0.0.1:1", "ping", timeout=0.05)  # another process: the socket
+        assert elsewhere.timed_out and host.rpc.sent == 1
+    finally:
+        host.close()
