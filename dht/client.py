@@ -198,7 +198,8 @@ class DhtClient:
                               for f in body.get("fingers", [])]
         except (KeyError, TypeError, wire.WireError) as exc:
             raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
-        for k in ("keys", "stored", "replicas", "r", "rounds", "joined", "records", "lookups_served"):
+        for k in ("keys", "stored", "replicas", "r", "rounds", "links_changed_round", "joined", "records",
+                  "lookups_served"):
             out[k] = body.get(k)
         names = body.get("topics")
         out["bind"] = body["bind"] if isinstance(body.get("bind"), str) else out["endpoint"]

@@ -109,6 +109,7 @@ class Maintainer:
         self._pred_missed = 0
         self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
         self._last_successor: Peer | None = None  # for the successor-changes counter
+        self._last_neighbours: tuple = ()  # (successor, predecessor) at the end of the last round
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -145,6 +146,7 @@ class Maintainer:
         deadline = None if self.config.join_timeout is None else time.monotonic() + self.config.join_timeout
         while not node.stopped.is_set():
             errors = []
+            getattr(self.rpc, "new_cycle", lambda: None)()  # each attempt asks every candidate afresh
             for endpoint in candidates:
                 # avoiding our own endpoint: a ring that has not yet noticed our restart may still route
                 # our id to us; what we want is the next live node
@@ -206,6 +208,10 @@ class Maintainer:
             if successor != self._last_successor:
                 node.successor_changes += self._last_successor is not None
                 self._last_successor = successor
+            links = (successor, self.routing.predecessor)
+            if links != self._last_neighbours:
+                node.links_changed_round = node.rounds
+                self._last_neighbours = links
 
     def stabilize(self) -> None:
         """stabilize(): verify the successor, adopt a closer one, refresh the list, notify it."""

@@ -175,6 +175,7 @@ class ChordNode:
         self.round_trips = None  # set by the host: its calls' round trips (dht/proximity.py)
         self.rounds = 0
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
+        self.links_changed_round = 0  # `rounds` when the successor or predecessor last changed
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
         self.record_writes = 0  # of which changed a record: registrations, unregistrations
@@ -258,6 +259,7 @@ class ChordNode:
                 "replicas": self.config.replicas,
                 "r": self.config.successors,
                 "rounds": self.rounds,
+                "links_changed_round": self.links_changed_round,
                 "joined": self.joined.is_set(),
                 "services": dict(self.config.services),
                 "traffic": self.traffic(),

@@ -29,6 +29,8 @@ from dht.ids import position_of, process_of
 log = logging.getLogger(__name__)
 
 SocketSetup = Callable[[zmq.Socket, bool], None]  # (socket, is_server) -> None
+FRESH_WAIT = 3  # timeouts a watched call waits when it opens the connection (handshakes first)
+GONE = "no reply from {}: its connection was closed or refused (its process is gone)"
 
 
 class Refused(Exception):
@@ -234,8 +236,11 @@ class RpcClient:
     def __init__(self, timeout: float = 1.0, retries: int = 1, setup: SocketSetup | None = None,
                  context: zmq.Context | None = None, max_peers: int = 4096, watch: bool = False) -> None:
         """`watch`: follow the connections through libzmq's socket monitor, so that a blocking call to a
-        peer whose process closed our connection (it died: the kernel closes its sockets) fails at once
-        instead of after `timeout`; a busy peer keeps its connections and is waited for as ever."""
+        peer whose process closed our connection (it died: the kernel closes its sockets) or refuses
+        it (nothing listens there) fails at once instead of after `timeout`; a busy peer keeps its
+        connections and is waited for as ever. A call that opens a connection then waits
+        FRESH_WAIT timeouts: the TCP and ZeroMQ handshakes cost round trips of their own before the
+        request's (on a 64 ms path, four of them pass a quarter-second timeout every time)."""
         self.context = context or zmq.Context.instance()
         self.timeout = timeout
         self.retries = retries
@@ -256,8 +261,10 @@ class RpcClient:
         self._timeouts: dict[str, int] = {}  # process endpoint -> timeouts in a row
         self.bytes_sent = 0
         self.sent = 0  # requests sent
-        self._closed: set[str] = set()  # addresses whose connection the peer closed since we connected
-        self._watch = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED) if watch else None
+        self._closed: set[str] = set()  # addresses whose connection was closed or refused since we connected
+        self._watch = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                                     | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED) \
+            if watch else None
         self._poller = zmq.Poller()
         self._poller.register(self.socket, zmq.POLLIN)
         if self._watch is not None:
@@ -274,16 +281,17 @@ class RpcClient:
         err = f"no reply from {endpoint} within {timeout:g}s"
         for _attempt in range(retries + 1):
             if self._gone(endpoint):
-                err = f"no reply from {endpoint}: it closed its connection (its process is gone)"
+                err = GONE.format(endpoint)
                 break
             rid = next(self._ids)
             fresh = process_of(endpoint) not in self._peers  # the first reply also pays for the connection
+            wait = timeout * FRESH_WAIT if fresh and self._watch is not None else timeout
             sent_at = time.monotonic()
             failed = self._send(endpoint, op, rid, fields)
             if failed is not None:
                 return failed
-            self._pending[rid] = (endpoint, sent_at + timeout, None)
-            body = self._await(rid, timeout, endpoint)
+            self._pending[rid] = (endpoint, sent_at + wait, None)
+            body = self._await(rid, wait, endpoint)
             if body is not None:
                 if self.on_rtt is not None and not fresh:
                     self.on_rtt(endpoint, time.monotonic() - sent_at)
@@ -291,7 +299,7 @@ class RpcClient:
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
             if self._gone(endpoint):
-                err = f"no reply from {endpoint}: it closed its connection (its process is gone)"
+                err = GONE.format(endpoint)
                 break  # libzmq reconnects by itself: no Lazy Pirate reset
             self._timed_out(endpoint)
         if self.on_rtt is not None:
@@ -315,17 +323,20 @@ class RpcClient:
         return self._replies.pop(rid)
 
     def _gone(self, endpoint: str) -> bool:
-        """Whether the process at `endpoint` closed our connection to it (and it is not back)."""
-        if self._watch is None:
+        """Whether our connection to the process at `endpoint` was closed or refused (and is not back)."""
+        if self._watch is None or process_of(endpoint) not in self._peers:
             return False
-        while self._watch.poll(0):
+        self._read_events()
+        return wire.zmq_address(endpoint) in self._closed
+
+    def _read_events(self) -> None:
+        while self._watch is not None and self._watch.poll(0):
             event = recv_monitor_message(self._watch)
             address = event["endpoint"].decode(errors="replace")
-            if event["event"] == zmq.EVENT_CONNECTED:
+            if event["event"] in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._closed.discard(address)
             elif len(self._closed) < self.max_peers:
                 self._closed.add(address)
-        return wire.zmq_address(endpoint) in self._closed
 
     def _timed_out(self, endpoint: str) -> None:
         process = process_of(endpoint)
@@ -428,8 +439,9 @@ class RpcClient:
             return peer
         peer = f"{process}#{next(self._generation)}".encode()
         self.socket.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
-        self.socket.connect(address)
+        self._read_events()  # what came before is the old connection's news
         self._closed.discard(address)  # a new connection: judged on its own events
+        self.socket.connect(address)
         self._peers[process] = peer
         while len(self._peers) > self.max_peers:
             old, _ = self._peers.popitem(last=False)
@@ -442,6 +454,8 @@ class RpcClient:
         self._timeouts.pop(process, None)
         if self._peers.pop(process, None) is not None:
             self._disconnect(process)
+            self._read_events()
+            self._closed.discard(wire.zmq_address(process))  # our own disconnect: no event says so
 
     def _disconnect(self, endpoint: str) -> None:
         try:
