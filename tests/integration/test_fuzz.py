@@ -6,16 +6,18 @@ handler's "internal error" (a bug), and when the reply is an error the handler's
 what it was. The sockets: a node's ROUTER; a client's service ROUTER (history, repair, probes),
 its SUB sockets (envelopes of any shape) and its registrar's events SUB (record changes of any
 shape). 300 inputs per socket kind by default; 10^4 under the `slow` marker (`make test` runs
-both), every one of them through the wire decoder first.
+both), every one of them through the wire decoder first: a quarter drawn by hypothesis, each followed
+by three mutants of it (tests/helpers/mutate.py).
 """
 
 from __future__ import annotations
 
 import copy
+import random
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from dht import wire
@@ -39,6 +41,7 @@ from pubsub.publication import Publication
 from pubsub.registration import Registration
 from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import STRANGER_LIMIT, TopicState
+from tests.helpers.mutate import mutant
 
 # the full size takes minutes of CPU, more when the suite's other workers compute too: a longer timeout
 SIZES = [pytest.param(300, id="300"),
@@ -98,18 +101,31 @@ def frame_lists(schemas: wire.Schemas) -> st.SearchStrategy[list[bytes]]:
 
 
 BATCH = 8  # inputs drawn together by one hypothesis example
+MUTANTS = 3  # mutants checked beside each drawn input (tests/helpers/mutate.py)
 
 
 def fuzz(inputs: int, strategy, check) -> None:  # noqa: ANN001
-    """`check` each of `inputs` values drawn from `strategy`, BATCH of them an example: hypothesis's own
-    cost is mostly per example (measured: most of these tests' CPU), and a failing batch still shrinks
-    to the one input that fails."""
-    @settings(max_examples=max(inputs // BATCH, 1), deadline=None, database=None,
+    """`check` at least `inputs` inputs: BATCH values drawn from `strategy` an example (hypothesis's own
+    cost is mostly per example), each followed by MUTANTS mutants of it (one change in its msgpack
+    tree, bytes or frames: a near neighbour a fresh draw rarely hits, at a tiny fraction of a draw's
+    CPU, which is most of what these tests cost). A failing batch still shrinks; the failing mutant is
+    printed beside the input it came from."""
+    per_example = BATCH * (1 + MUTANTS)
+
+    @settings(max_examples=max(-(-inputs // per_example), 1), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-    @given(st.lists(strategy, min_size=BATCH, max_size=BATCH))
-    def run(values) -> None:  # noqa: ANN001
+    @given(st.lists(strategy, min_size=BATCH, max_size=BATCH), st.integers(min_value=0, max_value=2**32 - 1))
+    def run(values, seed: int) -> None:  # noqa: ANN001
+        rnd = random.Random(seed)
         for value in values:
             check(value)
+            for _ in range(MUTANTS):
+                changed = mutant(value, rnd)
+                try:
+                    check(changed)
+                except BaseException:
+                    note(f"the failing input is a mutant of {value!r}: {changed!r}")
+                    raise
 
     run()
 
