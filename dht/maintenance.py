@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 ENTRY_BATCH_BYTES = 256 * 1024
 QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
 FULL_EVERY = 20  # rounds between full pushes to the replicas (anti-entropy)
+MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -225,12 +226,12 @@ class Maintainer:
             known_silent = process_of(succ.endpoint) in getattr(self.rpc, "silent", ())
             links = self.rpc.call(succ.endpoint, "get_links")
             if not links.ok:
-                if unreachable(links):
+                if unreachable(links) and self.dead(succ.endpoint, links):
                     if not known_silent:
                         log.info("%s: successor %s is unreachable", self.me.endpoint, succ.endpoint)
                     self.lost(succ.endpoint)
                     continue
-                return
+                return  # an error it answered, or one slow answer: asked again next round
             try:
                 x = wire.decode_optional_peer(links.get("predecessor"))
                 its = wire.decode_peers(links.get("successors", []))
@@ -247,6 +248,13 @@ class Maintainer:
                 self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
             return
 
+    def dead(self, endpoint: str, reply: Reply) -> bool:
+        """Whether a peer that did not answer is to be forgotten: its process is gone (its connection
+        closed or refused), or it missed MISSES_TO_FORGET calls in a row. A live but busy peer (a loaded
+        machine, a node answering thousands of renewals) misses one now and then; forgetting it on the
+        first would tear the ring where it stands, while a dead process says so at once."""
+        return reply.gone or self.round_trips.misses(endpoint) >= MISSES_TO_FORGET
+
     def forget_process(self, endpoint: str) -> None:
         with self.node.lock:
             self.routing.forget_process(endpoint)
@@ -260,19 +268,20 @@ class Maintainer:
             self.rpc.reset(endpoint)
 
     def check_predecessor(self) -> None:
-        """check_predecessor() (ToN'03 Fig. 6), forgetting it after two missed pings in a row: the
-        predecessor decides what this node owns, and one slow answer from a busy neighbour is not a
-        death worth a round of hand-overs."""
+        """check_predecessor() (ToN'03 Fig. 6), forgetting it after two missed pings in a row, or at
+        once when its process is gone: the predecessor decides what this node owns, and one slow
+        answer from a busy neighbour is not a death worth a round of hand-overs."""
         with self.node.lock:
             pred = self.routing.predecessor
         if pred is None:
             return
         self.fresh_if_down(pred.endpoint)
-        if not unreachable(self.rpc.call(pred.endpoint, "ping")):
+        reply = self.rpc.call(pred.endpoint, "ping")
+        if not unreachable(reply):
             self._pred_missed = 0
             return
         self._pred_missed += 1
-        if self._pred_missed >= 2:
+        if reply.gone or self._pred_missed >= 2:
             self._pred_missed = 0
             self.lost(pred.endpoint)
 
@@ -371,7 +380,7 @@ class Maintainer:
         """A lookup step: ours from the table, others' by RPC; a peer that times out is forgotten."""
         if endpoint != self.me.endpoint:
             reply = self.remote_ask(endpoint, k, avoid)
-            if unreachable(reply):
+            if unreachable(reply) and self.dead(endpoint, reply):
                 self.lost(endpoint)
             return reply
         with self.node.lock:
@@ -465,7 +474,8 @@ class Maintainer:
             reply = self.rpc.call(endpoint, op, entries=[list(e) for e in batch])
             ok = ok and reply.ok
             if unreachable(reply):
-                self.lost(endpoint)
+                if self.dead(endpoint, reply):
+                    self.lost(endpoint)
                 return False
         return ok
 

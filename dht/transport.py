@@ -45,6 +45,7 @@ class Reply:
     body: dict = field(default_factory=dict)
     err: str | None = None
     timed_out: bool = False
+    gone: bool = False  # the peer's connection was closed or refused: its process is gone, not busy
 
     def __getitem__(self, key: str) -> Any:
         return self.body[key]
@@ -278,10 +279,10 @@ class RpcClient:
         """Send one request and wait for its reply; never raises for network trouble."""
         timeout = self.timeout if timeout is None else timeout
         retries = self.retries if retries is None else retries
-        err = f"no reply from {endpoint} within {timeout:g}s"
+        err, gone = f"no reply from {endpoint} within {timeout:g}s", False
         for _attempt in range(retries + 1):
             if self._gone(endpoint):
-                err = GONE.format(endpoint)
+                err, gone = GONE.format(endpoint), True
                 break
             rid = next(self._ids)
             fresh = process_of(endpoint) not in self._peers  # the first reply also pays for the connection
@@ -299,12 +300,12 @@ class RpcClient:
                     return Reply(True, body)
                 return Reply(False, body, err=body.get("err"))
             if self._gone(endpoint):
-                err = GONE.format(endpoint)
+                err, gone = GONE.format(endpoint), True
                 break  # libzmq reconnects by itself: no Lazy Pirate reset
             self._timed_out(endpoint)
         if self.on_rtt is not None:
             self.on_rtt(endpoint, None)
-        return Reply(False, err=err, timed_out=True)
+        return Reply(False, err=err, timed_out=True, gone=gone)
 
     def _await(self, rid: int, timeout: float, endpoint: str | None = None) -> dict | None:
         deadline = time.monotonic() + timeout

@@ -26,7 +26,7 @@ def test_samples_are_the_interval_first_node_and_its_successors_inside_it():
 
 def test_the_lowest_round_trip_wins_and_a_current_finger_stays_unless_clearly_beaten():
     a, b, c = peers(130, 140, 150)
-    rtt = RoundTrips(alpha=1.0)
+    rtt = RoundTrips(window=1)
     assert choose([a, b, c], lambda p: rtt.get(p.endpoint)) == a  # nothing measured: the first
     rtt.observe(a.endpoint, 0.050)
     rtt.observe(b.endpoint, 0.001)
@@ -39,11 +39,14 @@ def test_the_lowest_round_trip_wins_and_a_current_finger_stays_unless_clearly_be
     assert choose([a, b, c], lambda p: rtt.get(p.endpoint), current=c) == c
 
 
-def test_round_trip_averages_move_smoothly_and_stay_bounded():
-    rtt = RoundTrips(alpha=0.5, max_peers=3)
-    rtt.observe("x:1", 0.010)
-    rtt.observe("x:1", 0.020)
-    assert rtt.get("x:1") == 15.0
+def test_a_round_trip_is_the_least_of_the_recent_samples_and_the_table_stays_bounded():
+    rtt = RoundTrips(window=3, max_peers=3)
+    for ms in (30, 12, 45, 80):  # late samples (a busy machine, a queue) do not move the distance
+        rtt.observe("x:1", ms / 1000)
+    assert rtt.get("x:1") == 12.0
+    for ms in (40, 41, 42):  # the path itself got longer: the window forgets the old minimum
+        rtt.observe("x:1", ms / 1000)
+    assert rtt.get("x:1") == 40.0
     for i in range(10):
         rtt.observe(f"y{i}:1", 0.001)
     assert len(rtt) == 3 and rtt.get("x:1") is None
