@@ -282,8 +282,9 @@ class RpcClient:
         err, gone = f"no reply from {endpoint} within {timeout:g}s", False
         for _attempt in range(retries + 1):
             if self._gone(endpoint):
-                err, gone = GONE.format(endpoint), True
-                break
+                # closed or refused before: a new connection, judged on its own events (a process
+                # restarted at the address is reached at once, a dead one refuses it at once)
+                self.reset(endpoint)
             rid = next(self._ids)
             fresh = process_of(endpoint) not in self._peers  # the first reply also pays for the connection
             wait = timeout * FRESH_WAIT if fresh and self._watch is not None else timeout
