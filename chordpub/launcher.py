@@ -235,7 +235,9 @@ class LocalRing:
         last: dict = {}
         # one client for every poll: a fresh one would pay a TCP and ZeroMQ handshake with every node
         # on each walk, time that the heal time measured here would wrongly include
-        client = DhtClient(self.live[0].endpoint if self.live else "127.0.0.1:1", timeout=0.15, retries=0,
+        # half a second a node: a live process of many positions on a loaded machine can take a
+        # quarter, and a dead one refuses the connection at once
+        client = DhtClient(self.live[0].endpoint if self.live else "127.0.0.1:1", timeout=0.5, retries=0,
                            setup=self.setup)
 
         def ok() -> bool:

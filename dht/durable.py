@@ -15,7 +15,6 @@ All calls come under the node's lock (as for Store), so one connection serves ev
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,7 +48,7 @@ class DurableStore(Store):
                                     f"({meta.get('bits')} bits), not of node {node_id} ({bits} bits): "
                                     "start with that --id/--bits, or use another --data-dir")
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", mine.items())
-        now = time.monotonic()
+        now = 0  # the store's clock is the position's rounds (dht/store.py), none run yet
         for key, value, version, record in self.db.execute("SELECT key, value, version, record FROM entries"):
             self._entries[key] = Entry(entry_key_id(key, bits, bool(record)), value, int(version), now, bool(record))
             if record and value is not None and observer is not None:

@@ -202,7 +202,7 @@ class Maintainer:
         if self._hand_back_pending:
             self.hand_back()
         with node.lock:
-            node.store.expire(time.monotonic(), self.config.replica_lease_periods * self.config.stabilize,
+            node.store.expire(node.rounds, self.config.replica_lease_periods,
                               self.routing.owns)
             node.rounds += 1
             successor = self.routing.successor

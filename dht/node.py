@@ -333,14 +333,14 @@ class ChordNode:
         if not record:
             self._check_owner(key)
         version = max(time.time_ns(), self.store.version(key) + 1)
-        self.store.write(key, value, version, time.monotonic(), record=record)
+        self.store.write(key, value, version, self.rounds, record=record)
         self.jobs.put(("replicate", None))
         return {"version": version}
 
     def write_field(self, composite: str, raw: bytes | None) -> int:
         """Store a record field (caller holds the lock and owns the record); returns its version."""
         version = max(time.time_ns(), self.store.version(composite) + 1)
-        self.store.write(composite, raw, version, time.monotonic(), record=True)
+        self.store.write(composite, raw, version, self.rounds, record=True)
         return version
 
     def _on_records(self, req: dict) -> dict:
@@ -420,7 +420,7 @@ class ChordNode:
 
     def _on_refresh(self, req: dict) -> dict:
         lo, hi = req["from"], req["to"]
-        return {"refreshed": self.store.refresh(lambda k: in_half_open(k, lo, hi), time.monotonic())}
+        return {"refreshed": self.store.refresh(lambda k: in_half_open(k, lo, hi), self.rounds)}
 
     def _on_put(self, req: dict) -> dict:
         return self._write(req["key"], req["value"])
@@ -433,7 +433,7 @@ class ChordNode:
         return {"found": value is not None, "value": value}
 
     def _on_merge(self, req: dict) -> dict:
-        return {"applied": self.store.merge(req["entries"], time.monotonic())}
+        return {"applied": self.store.merge(req["entries"], self.rounds)}
 
     def _on_leaving(self, req: dict) -> dict:
         """A neighbour leaves gracefully: splice it out (ToN'03 §V-D, voluntary departures)."""

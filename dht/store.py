@@ -5,7 +5,9 @@ which the caller passes in as `owns`. Replicas are leases: the owner refreshes t
 first R-1 successors every few rounds (Chord's successor-list replication, SIGCOMM'01 §6.4),
 and a replica no longer refreshed and no longer owned is dropped. Every entry carries a version
 (the owner's clock at the write); merging keeps the newest, so a stale replica can never undo a
-newer write, and deletes are tombstones kept for one lease. No sockets; time is a parameter.
+newer write, and deletes are tombstones kept for one lease. No sockets; time is a parameter: the
+node passes its maintenance rounds, so a lease is a number of rounds (a machine too loaded to keep
+the period slows the owner's refreshes and the holder's clock alike, and no replica lapses for it).
 
 Replication is incremental: every applied write marks its key dirty, and the owner pushes only the
 dirty entries it owns (`take_dirty`), plus everything when its replica set changes. A field of a
@@ -47,7 +49,7 @@ class Entry:
     key_id: int
     value: bytes | None
     version: int
-    refreshed: float  # when it was last written or refreshed by its owner
+    refreshed: float  # when it was last written or refreshed by its owner, on the holder's clock
     record: bool = False
 
 
