@@ -32,6 +32,7 @@ DEFAULT_SPAWN = ("{python} -m chordpub node start --host {host} --port {port} --
                  "--bits {bits} --successors {successors} --replicas {replicas}")
 SETTLE_TIMEOUT = 60.0  # seconds a change may take before it is called failed
 REAP_GRACE = 10.0  # seconds a process asked to leave has to exit before it is killed
+GIVE_UP = 60.0  # seconds of looks with no node answering before the scaler exits with an error
 
 
 def check_template(template: str) -> list[str]:
@@ -104,6 +105,8 @@ class Autoscaler:
         self.spawner = spawner
         self.emit = emit
         self.previous: list[dict] | None = None
+        self.known: list[str] = [endpoint]  # the nodes the last walk met: where to start when `via` is busy
+        self.unanswered_since: float | None = None
 
     def run(self, interval: float, seconds: float | None) -> None:
         end = None if seconds is None else time.monotonic() + seconds
@@ -113,7 +116,19 @@ class Autoscaler:
             time.sleep(max(0.0, interval - (time.monotonic() - started)))  # the pace of looks
 
     def look(self) -> dict:
-        infos, problems = self._walk()
+        try:
+            infos, problems = self._walk()
+        except DhtError as exc:  # a busy or restarting ring: hold, and look again next time
+            now = time.monotonic()
+            self.unanswered_since = self.unanswered_since or now
+            if now - self.unanswered_since > GIVE_UP:
+                raise DhtError(f"{exc}, for {GIVE_UP:g} s") from exc
+            out = {"time": round(time.time(), 3), **Decision("hold", str(exc), {"nodes": None}).to_dict(),
+                   "problems": [str(exc)]}
+            self.emit(out)
+            return out
+        self.unanswered_since = None
+        self.known = [i["endpoint"] for i in infos]
         check = evaluate(infos, problems, int(infos[0].get("bits") or 64))
         if not check["consistent"]:  # mid-join or mid-leave: a node's keys may be counted twice or not at all
             decision = Decision("hold", f"the ring is settling: {check['problems'][0]}", {"nodes": len(infos)})
@@ -134,8 +149,8 @@ class Autoscaler:
         return out
 
     def _walk(self) -> tuple[list[dict], list[str]]:
-        """Walk from the node we know; if it went, from another node met before."""
-        candidates = [self.via] + [i["endpoint"] for i in self.previous or () if i["endpoint"] != self.via]
+        """Walk from the node we know; if it went or is too busy to answer, from another node met before."""
+        candidates = [self.via] + [e for e in self.known if e != self.via]
         for endpoint in candidates:
             try:
                 infos, problems = walk(self.client, endpoint)
@@ -170,8 +185,9 @@ class Autoscaler:
         proc = self.spawner.procs.pop(decision.node, None)
         if decision.node in self.scaler.started:  # bounded by --max however long it runs
             self.scaler.started.remove(decision.node)
+        self.known = [e for e in self.known if e != decision.node]
         if self.via == decision.node:
-            self.via = next(i["endpoint"] for i in self.previous or () if i["endpoint"] != decision.node)
+            self.via = self.known[0]
 
         def gone() -> bool:
             ring, _ = walk(self.client, self.via, step_over=False)

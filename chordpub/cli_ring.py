@@ -281,7 +281,7 @@ def ring_autoscale(
             return
         ratio = "-" if look.get("max_over_mean") is None else f"{look['max_over_mean']:.2f}"
         line = (f"{time.strftime('%H:%M:%S', time.localtime(look['time']))}  {look['action']:6s} "
-                f"nodes {look.get('nodes')}  {metric} max {look.get('max')} max/mean {ratio}  {look['reason']}")
+                f"nodes {look.get('nodes') or '-'}  {metric} max {look.get('max')} max/mean {ratio}  {look['reason']}")
         if look["action"] == "grow":
             line += f"; started {look['started']} (pid {look['pid']}) id {look['new_id']}"
         if look["action"] != "hold":

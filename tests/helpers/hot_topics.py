@@ -1,6 +1,6 @@
 """A test helper process: one Client that publishes on many topics, then takes them away.
 
-    python -m tests.helpers.hot_topics --via H:P --names FILE --ready FILE --done FILE [--heartbeat 0.5]
+    python -m tests.helpers.hot_topics --via H:P --names FILE --ready FILE --done FILE [--heartbeat 1]
 
 Advertises every topic named in FILE `names` (one a line), writes FILE `ready` once the owners hold
 them all, waits for FILE `done` to appear, then closes the client, which unregisters every topic.
@@ -37,7 +37,7 @@ def main() -> None:
     for name in ("--via", "--names", "--ready", "--done"):
         ap.add_argument(name, required=True)
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--heartbeat", type=float, default=0.5)
+    ap.add_argument("--heartbeat", type=float, default=1.0)  # the Client default
     args = ap.parse_args()
     names = Path(args.names).read_text().split()
     with Client(args.via, host=args.host, heartbeat=args.heartbeat) as client:

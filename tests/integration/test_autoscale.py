@@ -144,3 +144,32 @@ def test_autoscale_refuses_bad_input_in_one_line(tmp_path):
         proc = run_cli("ring", "autoscale", "127.0.0.1:1", *args)
         one_error_line(proc, *words)
         assert proc.returncode == 2
+
+
+def test_the_scaler_holds_while_no_node_answers_and_goes_on_when_they_do(ring_factory, procs, tmp_path):
+    """A node too busy to answer (here: stopped) is not the end of the scaler: its looks say so and
+    hold, and the next look that gets an answer carries on. Take the except in `Autoscaler.look` away
+    and the scaler exits at the first silent look."""
+    ring = ring_factory()
+    ring.start(2)
+    ring.wait_consistent(timeout=60)
+    scaler = procs("scaler", "ring", "autoscale", ring.nodes[0].endpoint, "--high", "100000", "--interval", "0.2",
+                   "--json")
+    log = tmp_path / "scaler.log"
+
+    def seen() -> list[dict]:
+        return looks(log) if log.exists() else []
+
+    wait_for(lambda: any(x["nodes"] == 2 for x in seen()), 30, what="a first look at both nodes")
+    for node in ring.nodes:
+        os.kill(node.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(x["nodes"] is None and "answer" in x["reason"] for x in seen()), 60,
+                 what="a look that no node answered")
+        assert scaler.poll() is None, log.read_text()[-2000:]
+    finally:
+        for node in ring.nodes:
+            os.kill(node.proc.pid, signal.SIGCONT)
+    silent = max(i for i, x in enumerate(seen()) if x["nodes"] is None)
+    wait_for(lambda: any(x["nodes"] == 2 for x in seen()[silent + 1:]), 60, what="looks at both nodes again")
+    assert scaler.poll() is None

@@ -99,7 +99,7 @@ def test_autoscale_spawns_on_other_hosts_balances_and_shrinks_back(clean_host, t
             assert {x["started"].rsplit(":", 1)[0] for x in grows} <= {h.IP() for h in spare}
             assert not lapsed(tmp_path), "registrations lost while nodes joined (their leases ran out)"
             # every registration at its owner, as the scaler counts them (once the last hand-over is done)
-            wait_log(log, lambda seen: round((seen[-1].get("mean") or 0) * seen[-1]["nodes"]) == TOPICS, 30,
+            wait_log(log, lambda seen: round((seen[-1].get("mean") or 0) * (seen[-1]["nodes"] or 0)) == TOPICS, 30,
                      "all 3000 records owned")
 
             follow.wait(timeout=150)
