@@ -31,9 +31,9 @@ class ProximityRunError(RuntimeError):
 
 def run_ring_lookups(net: MininetHosts, pns: int, keys_file: Path, logs: Path, stabilize: float = 1.0,
                      successors: int = 8, timeout: float = 120.0,
-                     progress: Callable[[str], None] = lambda _m: None, prs: bool = False) -> dict:
+                     progress: Callable[[str], None] = lambda _m: None, prs: bool = False, repeat: int = 1) -> dict:
     """Start the ring with --pns `pns` (and --prs), wait until it has settled, look up every key from
-    every host.
+    every host (each timed `repeat` times, the fastest kept: `node lookups --repeat`).
 
     Returns {"nodes": [{"host", "endpoint", "id"}], "lookups": [{"host", "key", "ok", "owner", "hops",
     "ms"}], "settle_s"}."""
@@ -62,7 +62,7 @@ def run_ring_lookups(net: MininetHosts, pns: int, keys_file: Path, logs: Path, s
         settle_s = time.monotonic() - t0
         progress(f"{tag}: settled after {settle_s:.1f} s; looking up")
         for _attempt in range(MEASURES):
-            lookups = _lookups(net, nodes, keys_file, logs, tag, timeout)
+            lookups = _lookups(net, nodes, keys_file, logs, tag, timeout, repeat)
             after = _await_settled(net, nodes, pns, time.monotonic() + timeout)
             if after == fingers:
                 break
@@ -143,7 +143,7 @@ def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: flo
 
 
 def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, tag: str,
-             timeout: float) -> list[dict]:
+             timeout: float, repeat: int = 1) -> list[dict]:
     """Every key looked up from every host, one host after another: run at once, each lookup process
     would be timed while the others start (a Python process's start-up is CPU the nodes then lack),
     and the latencies would measure this machine's load rather than the links."""
@@ -152,7 +152,8 @@ def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, 
         out = logs / f"{tag}-{n['host']}.lookups.json"
         with open(out, "wb") as f, open(logs / f"{tag}-{n['host']}.log", "ab") as err:
             proc = net.popen(n["host"], [sys.executable, "-m", "chordpub", "node", "lookups", n["endpoint"],
-                                         "--keys", str(keys_file), "--json"], stdout=f, stderr=err)
+                                         "--keys", str(keys_file), "--repeat", str(repeat), "--json"],
+                             stdout=f, stderr=err)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
