@@ -4,19 +4,25 @@ The API's names are imported when first used (PEP 562), so that a process that o
 a one-shot command (`python -m chordpub ...`) does not pay for the client's imports."""
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("chordpub")  # setup.cfg's, once installed
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 _API = {"Client": "pubsub.client", "Subscription": "pubsub.delivery", "DeadLetter": "pubsub.message",
         "Message": "pubsub.message"}
 __all__ = ["Client", "DeadLetter", "Message", "Subscription", "__version__"]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chordpub")  # setup.cfg's, once installed
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        value = globals()["__version__"] = _version()
+        return value
     if name in _API:
         value = getattr(import_module(_API[name]), name)
         globals()[name] = value
@@ -25,4 +31,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | {"__version__"})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from dht import wire
 from dht.ids import position_of, process_of
@@ -333,9 +333,9 @@ class RpcClient:
 
     def _read_events(self) -> None:
         while self._watch is not None and self._watch.poll(0):
-            event = recv_monitor_message(self._watch)
-            address = event["endpoint"].decode(errors="replace")
-            if event["event"] in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
+            head, endpoint = self._watch.recv_multipart()[:2]  # libzmq's event: u16 id + u32 value, then the address
+            address = endpoint.decode(errors="replace")
+            if struct.unpack_from("=H", head)[0] in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._closed.discard(address)
             elif len(self._closed) < self.max_peers:
                 self._closed.add(address)

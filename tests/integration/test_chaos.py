@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
@@ -204,9 +205,14 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
 
 def rounds_of(via: str, where: list, field: str = "rounds") -> list[int]:
     """The maintenance rounds each of these positions has run so far (or the `field` of its info
-    that counts in rounds)."""
-    with DhtClient(via, timeout=2.0) as client:
-        return [client.info(p.endpoint)[field] for p in where]
+    that counts in rounds), asked of all at once: asked one after another, the first would have run
+    rounds more by the time the last answers."""
+    def ask(p) -> int:  # noqa: ANN001 - a tests.helpers.positions position
+        with DhtClient(via, timeout=2.0) as client:
+            return client.info(p.endpoint)[field]
+
+    with ThreadPoolExecutor(len(where)) as pool:
+        return list(pool.map(ask, where))
 
 
 def start_reliable_pair(tmp_path, via: str, count: int, mode: str,  # noqa: ANN001
