@@ -39,7 +39,10 @@ from chordpub.cli_common import (
     reload_on_sighup,
     setup_logging,
 )
+from chordpub.launcher import wait_for
 from dht.ids import check_bits
+
+GO_WAIT = 600.0  # seconds `node lookups --go-file` waits for its turn
 
 node_app = typer.Typer(help="Run one discovery node, or query a running one.", no_args_is_help=True)
 
@@ -246,6 +249,10 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
                  connect_timeout: float = connect_timeout_option(),
                  repeat: int = typer.Option(1, min=1, max=100, help="Time every key this many times and report "
                                             "the fastest: on a busy machine one pass times the scheduler too."),
+                 ready_file: Path = typer.Option(None, help="Touch this file once the connections are open (after "
+                                                 "the first, untimed pass)."),
+                 go_file: Path = typer.Option(None, help="Wait until this file exists before timing (several "
+                                              "hosts start and open their connections together, then take turns)."),
                  as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Look up every key of a file from ENDPOINT, one after another: owners, hops and latencies.
 
@@ -263,6 +270,10 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
     with dht_client(endpoint, curve, connect_timeout) as client:
         for key in names:
             client.lookup(key)
+        if ready_file is not None:
+            ready_file.touch()
+        if go_file is not None:
+            wait_for(go_file.exists, GO_WAIT, interval=0.02, what=f"--go-file {go_file}")
         for key in names:
             tries = [client.lookup(key) for _ in range(repeat)]
             found = min(tries, key=lambda f: (not f.ok, f.ms))

@@ -144,25 +144,44 @@ def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: flo
 
 def _lookups(net: MininetHosts, nodes: list[dict], keys_file: Path, logs: Path, tag: str,
              timeout: float, repeat: int = 1) -> list[dict]:
-    """Every key looked up from every host, one host after another: run at once, each lookup process
-    would be timed while the others start (a Python process's start-up is CPU the nodes then lack),
-    and the latencies would measure this machine's load rather than the links."""
-    rows = []
-    for n in nodes:
-        out = logs / f"{tag}-{n['host']}.lookups.json"
-        with open(out, "wb") as f, open(logs / f"{tag}-{n['host']}.log", "ab") as err:
-            proc = net.popen(n["host"], [sys.executable, "-m", "chordpub", "node", "lookups", n["endpoint"],
-                                         "--keys", str(keys_file), "--repeat", str(repeat), "--json"],
-                             stdout=f, stderr=err)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-            raise ProximityRunError(f"lookups from {n['host']} did not finish within {timeout:g} s") from None
-        try:
-            body = json.loads(out.read_text())
-        except (OSError, json.JSONDecodeError):
-            raise ProximityRunError(f"lookups from {n['host']} failed (exit {proc.returncode})") from None
-        rows += [{"host": n["host"], "origin": n["id"], **r} for r in body["results"]]
-    return rows
+    """Every key looked up from every host. The hosts' lookup processes start together and open their
+    connections (an untimed pass), then take turns timing theirs: timed at once, each would be timed
+    while the others start and look up (a Python process's start-up is CPU the nodes then lack), and
+    the latencies would measure this machine's load rather than the links."""
+    procs: dict[str, subprocess.Popen] = {}
+    turns = {n["host"]: (logs / f"{tag}-{n['host']}.warm", logs / f"{tag}-{n['host']}.go") for n in nodes}
+    try:
+        for n in nodes:
+            warm, go = turns[n["host"]]
+            warm.unlink(missing_ok=True)
+            go.unlink(missing_ok=True)
+            with open(logs / f"{tag}-{n['host']}.lookups.json", "wb") as f, \
+                    open(logs / f"{tag}-{n['host']}.log", "ab") as err:
+                procs[n["host"]] = net.popen(n["host"], [
+                    sys.executable, "-m", "chordpub", "node", "lookups", n["endpoint"], "--keys", str(keys_file),
+                    "--repeat", str(repeat), "--ready-file", str(warm), "--go-file", str(go), "--json"],
+                    stdout=f, stderr=err)
+        deadline = time.monotonic() + timeout
+        while not all(warm.exists() or procs[h].poll() is not None for h, (warm, _go) in turns.items()):
+            if time.monotonic() > deadline:
+                raise ProximityRunError(f"lookup processes not connected within {timeout:g} s")
+            time.sleep(0.05)  # polling files with a deadline
+        rows = []
+        for n in nodes:
+            host, proc = n["host"], procs[n["host"]]
+            turns[host][1].touch()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise ProximityRunError(f"lookups from {host} did not finish within {timeout:g} s") from None
+            try:
+                body = json.loads((logs / f"{tag}-{host}.lookups.json").read_text())
+            except (OSError, json.JSONDecodeError):
+                raise ProximityRunError(f"lookups from {host} failed (exit {proc.returncode})") from None
+            rows += [{"host": host, "origin": n["id"], **r} for r in body["results"]]
+        return rows
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
