@@ -10,6 +10,7 @@ them all, waits for FILE `done` to appear, then closes the client, which unregis
 from __future__ import annotations
 
 import argparse
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--heartbeat", type=float, default=1.0)  # the Client default
     args = ap.parse_args()
+    # the registrar says when a renewal went unanswered or an owner was lost: the story of a lease that ran out
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     names = Path(args.names).read_text().split()
     with Client(args.via, host=args.host, heartbeat=args.heartbeat) as client:
         with ThreadPoolExecutor(8) as pool:
