@@ -59,7 +59,7 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
     seed = ring.nodes[0].endpoint
     ids = sorted(n.id for n in ring.nodes)
     topics = names_in_arc(ids[-1], ids[0], TOPICS)  # the arc of the lowest id wraps past 0
-    publisher, subscriber = Client(seed, heartbeat=0.5), Client(seed, heartbeat=0.5)
+    publisher, subscriber = Client(seed), Client(seed)  # the default heartbeat: 1 s, a 3 s lease
     started_pids: list[int] = []
     scaler = None
     try:
