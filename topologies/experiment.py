@@ -242,11 +242,14 @@ class Experiment:
         waiting = [logs / f"{s.slot.name}.sent.jsonl" for s in pubs]
         waiting += [logs.parent / "deliveries" / f"{s.slot.name}.jsonl" for j, s in enumerate(subs)
                     if published & set(topics_for(j, cfg.topics_per_sub, cfg.topics))]
+        def written(f: Path) -> bool:
+            return f.exists() and f.stat().st_size > 0
+
         deadline = time.monotonic() + timeout
-        while not all(f.exists() and f.stat().st_size for f in waiting):
+        while not all(map(written, waiting)):
             self._check_alive()
             if time.monotonic() > deadline:
-                if not all(f.exists() and f.stat().st_size for f in waiting[:len(pubs)]):
+                if not all(map(written, waiting[:len(pubs)])):
                     raise ExperimentError(f"the publishers did not start sending within {timeout:g} s")
                 self.progress("a subscriber has received nothing yet; publishing anyway")
                 return
