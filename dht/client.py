@@ -309,6 +309,32 @@ class DhtClient:
             raise DhtError(f"records on {endpoint} failed: {reply.err}", unreachable=unreachable(reply))
         return RecordsReply.parse(endpoint, reply.body, len(items))
 
+    def records_at_each(self, requests: dict[str, list[dict]], timeout: float, about: bool = False
+                        ) -> dict[str, RecordsReply | DhtError]:
+        """One `records` request to each node of `requests` (endpoint -> items), all sent at once, one
+        attempt each: the wait is the slowest reply or `timeout`, not the sum of the round trips, so
+        one slow node delays only its own answer. `about` as for `records_at`. Each node's reply, or the
+        DhtError saying why not."""
+        out: dict[str, RecordsReply | DhtError] = {}
+
+        def answer(endpoint: str, n_items: int) -> Callable[[Reply], None]:
+            def on_reply(reply: Reply) -> None:
+                if not reply.ok:
+                    out[endpoint] = DhtError(f"records on {endpoint} failed: {reply.err}",
+                                             unreachable=unreachable(reply))
+                    return
+                try:
+                    out[endpoint] = RecordsReply.parse(endpoint, reply.body, n_items)
+                except DhtError as exc:
+                    out[endpoint] = exc
+            return on_reply
+
+        for endpoint, items in requests.items():
+            self.rpc.send(endpoint, "records", on_reply=answer(endpoint, len(items)), timeout=timeout,
+                          items=items, about=about)
+        self.rpc.serve_until(lambda: len(out) == len(requests))
+        return out
+
     def record_item(self, item: dict, attempts: int = 4) -> dict:
         """One item at its record's owner, found by lookup; "not the owner" (a ring still settling)
         sends it round again. Returns the item's result; raises DhtError if it failed, PermissionError if

@@ -398,6 +398,20 @@ class RpcClient:
             self._timed_out(endpoint)
             callback(Reply(False, err=f"no reply from {endpoint}", timed_out=True))
 
+    def serve_until(self, done: Callable[[], bool]) -> None:
+        """Run the `send()` face here until `done()` or nothing waits: replies to their callbacks, and
+        the requests whose time is up to `expire()`. For a caller that sends to many peers at once and
+        waits for the slowest (or its timeout) instead of the sum of their round trips."""
+        while not done():
+            deadline = self.next_deadline()
+            if deadline is None:
+                return
+            left = deadline - time.monotonic()
+            if self._poller.poll(max(int(left * 1000), 0) + 1):
+                self._read_events()
+                self.on_readable()
+            self.expire()
+
     def next_deadline(self) -> float | None:
         """The earliest time at which `expire()` has something to do (None: nothing pending)."""
         deadlines = [p[1] for p in self._pending.values() if p[2] is not None]

@@ -26,7 +26,7 @@ import msgpack
 import zmq
 
 from dht import wire
-from dht.client import DhtClient, DhtError
+from dht.client import DhtClient, DhtError, RecordsReply
 from dht.ids import key_id
 from dht.policy import DENIED
 from dht.records import MISSING, NOT_OWNER, events_topic
@@ -41,6 +41,7 @@ from pubsub.registration import OwnerArcs, Registration
 log = logging.getLogger(__name__)
 
 RETRY = 0.2  # seconds before a placement that failed is tried again
+PLACE_WAIT = 2.0  # seconds an owner has to answer a placement (a renewal: one heartbeat)
 EVENTS_BATCH = 1000
 
 
@@ -154,11 +155,11 @@ class Registrar:
                     self.mailbox.run()
                 if self.events in events:
                     self._drain_events()
-                self._place()
+                self._place(until=next_beat)
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.heartbeat
                     self._renew()
-                    self._place()
+                    self._place(until=next_beat)
         except Exception:
             log.exception("the registrar stopped")
             raise
@@ -183,11 +184,12 @@ class Registrar:
             return None
         return found.owner.endpoint
 
-    def _place(self) -> None:
+    def _place(self, until: float = float("inf")) -> None:
         """Set the fields not yet (or no longer) held by their owner, and read what must be read. A
         field whose owner takes a lookup to find goes to it at once, alone: the reply names that
         owner's arc, so the other fields there need no lookup (after a join moved a thousand topics,
-        a lookup each would hold this thread, and the renewals of the rest, for seconds)."""
+        a lookup each would hold this thread, and the renewals of the rest, for seconds). Lookups stop
+        at `until` (the next renewal is due): the fields left wait for the next call."""
         now = time.monotonic()
         todo = [r for r in self.regs.values() if (not r.placed or r.need_read) and r.retry_at <= now]
         if not todo:
@@ -197,6 +199,8 @@ class Registrar:
             if reg.owner is None:
                 reg.owner = self.arcs.owner(key_id(reg.topic, self.dht.bits))
                 if reg.owner is None:
+                    if time.monotonic() >= until:
+                        continue
                     try:
                         reg.owner = self._owner_of(reg.topic)
                     except DhtError as exc:
@@ -208,8 +212,11 @@ class Registrar:
                         self._send(reg.owner, [reg], [self._placement(reg)], about=True)
                     continue
             by_owner.setdefault(reg.owner, []).append(reg)
-        for owner, group in by_owner.items():
-            self._send(owner, group, [self._placement(reg) for reg in group], about=True)
+        if by_owner:
+            requests = {owner: [self._placement(reg) for reg in group] for owner, group in by_owner.items()}
+            replies = self.dht.records_at_each(requests, timeout=PLACE_WAIT, about=True)
+            for owner, group in by_owner.items():
+                self._apply(owner, group, replies[owner])
 
     def _placement(self, reg: Registration) -> dict:
         """The `records` item that places `reg` (and reads what it reads)."""
@@ -227,31 +234,38 @@ class Registrar:
         return item
 
     def _renew(self) -> None:
+        """Every placed field, to its owner: one request per owner, all sent at once, so a slow owner
+        delays the renewal of its own fields only (one after another, a few slow owners on a loaded
+        machine held every other owner's renewals past their leases)."""
         by_owner: dict[str, list[Registration]] = {}
         for reg in self.regs.values():
             if reg.placed and reg.owner is not None:
                 by_owner.setdefault(reg.owner, []).append(reg)
-        for owner, group in by_owner.items():
-            items = [{"k": r.topic, "f": r.name, "op": "renew", **({"epoch": PUB} if r.watch else {})}
-                     for r in group]
-            self.renewals += 1
-            self._send(owner, group, items, renewing=True)
+        if by_owner:
+            requests = {owner: [{"k": r.topic, "f": r.name, "op": "renew", **({"epoch": PUB} if r.watch else {})}
+                                for r in group] for owner, group in by_owner.items()}
+            self.renewals += len(requests)
+            replies = self.dht.records_at_each(requests, timeout=self.heartbeat)
+            for owner, group in by_owner.items():
+                self._apply(owner, group, replies[owner], renewing=True)
         self.archives.feed()
 
-    def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False,
-              renewing: bool = False) -> None:
-        """One request to `owner`; `about` (placements) asks for its arc and services, which renewals
-        (the same owner, by definition) do without. A renewal gets one attempt, a heartbeat long, and
-        one that goes unanswered is not yet a dead owner: a busy one answers late, and sending our
-        fields round the ring again would only add to its load. The second in a row is."""
-        now = time.monotonic()
+    def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False) -> None:
+        """One placement request to `owner`; `about` asks for its arc and services."""
         try:
-            if renewing:
-                reply = self.dht.records_at(owner, items, timeout=self.heartbeat, retries=0)
-            else:
-                reply = self.dht.records_at(owner, items, about=about)
+            reply: RecordsReply | DhtError = self.dht.records_at(owner, items, about=about)
         except DhtError as exc:
-            log.info("%s: %s", owner, exc)
+            reply = exc
+        self._apply(owner, group, reply)
+
+    def _apply(self, owner: str, group: list[Registration], reply: RecordsReply | DhtError,
+               renewing: bool = False) -> None:
+        """What `owner` answered for `group`. A renewal gets one attempt, a heartbeat long, and one that
+        goes unanswered is not yet a dead owner: a busy one answers late, and sending our fields round
+        the ring again would only add to its load. The second in a row is."""
+        now = time.monotonic()
+        if isinstance(reply, DhtError):
+            log.info("%s: %s", owner, reply)
             for reg in group:
                 reg.missed += 1
                 if not renewing or reg.missed >= 2:

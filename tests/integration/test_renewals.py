@@ -1,0 +1,52 @@
+"""A client renews its registrations at every owner at once, so owners that do not answer delay no
+other owner's renewals (pubsub/registrar.py): one after another, three silent owners held a live
+owner's renewal three heartbeats, its whole lease."""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from pubsub.registrar import Registrar
+from pubsub.registration import Registration
+
+HEARTBEAT = 1.0
+
+
+def test_silent_owners_delay_no_other_owners_renewals(ring_factory, parts):
+    ring = ring_factory()
+    ring.start(1)
+    live = ring.nodes[0].endpoint
+    silent = []  # owners whose process takes requests and never answers (a stopped or swamped node)
+    for _ in range(3):
+        sock = parts.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        port = sock.bind_to_random_port("tcp://127.0.0.1")
+        silent.append((sock, f"127.0.0.1:{port}"))
+    registrar = Registrar(live, parts.context, None, heartbeat=HEARTBEAT)
+    try:
+        held = [Registration(f"t{i}", "pub/me", b"x", watch=False, owner=live) for i in range(20)]
+        for reg in held:
+            registrar.register(reg)
+        registrar._place()
+        assert all(r.placed for r in held), "placement at the live node failed"
+        stranded = [Registration(f"s{i}", "pub/me", b"x", watch=False, owner=endpoint, placed=True)
+                    for i, (_sock, endpoint) in enumerate(silent)]
+        for reg in stranded:
+            registrar.register(reg)
+        for _round in range(2):
+            started = time.monotonic()
+            registrar._renew()
+            took = time.monotonic() - started
+            # at once: one heartbeat for the slowest; one after another it was three
+            assert took < 2 * HEARTBEAT, f"a renewal round took {took:.2f}s"
+            assert all(r.placed and r.missed == 0 for r in held), "the live owner's renewals failed"
+        assert all(r.owner is None and not r.placed for r in stranded), \
+            "a second silent renewal in a row must send the field round again"
+        for sock, _endpoint in silent:
+            assert sock.poll(0), "the silent owner was never asked"
+    finally:
+        registrar.close_unstarted()
+        for sock, _endpoint in silent:
+            sock.close(0)
