@@ -53,7 +53,8 @@ class Policy:
 @dataclass(frozen=True)
 class Decision:
     """`action`: grow (start a node with id `new_id`, splitting `node`'s arc), shrink (`node` leaves)
-    or hold; `reason` in words; `figures`: what made it (the metric's max, mean, max/mean, the node)."""
+    or hold; `reason` in words; `figures`: what made it (the metric's max, min, mean, max/mean, the hottest node; for a
+    shrink, the leaving node's `load`)."""
 
     action: str
     reason: str
@@ -105,7 +106,8 @@ class Scaler:
         mean = sum(values) / len(values) if values else None
         hottest = max(rows, key=lambda n: n[p.metric], default=None)
         figures = {"nodes": len(nodes), "metric": p.metric, "max": hottest[p.metric] if hottest else None,
-                   "mean": mean, "max_over_mean": hottest[p.metric] / mean if hottest and mean else None,
+                   "min": min(values) if values else None, "mean": mean,
+                   "max_over_mean": hottest[p.metric] / mean if hottest and mean else None,
                    "hottest": hottest["endpoint"] if hottest else None}
         above = {n["endpoint"] for n in rows if n[p.metric] > p.high}
         self.hot = {e: self.hot.get(e, 0) + 1 for e in above}
@@ -136,7 +138,8 @@ class Scaler:
             order = {e: i for i, e in enumerate(self.started)}
             lightest = min(rows, key=lambda n: (n[p.metric], -order.get(n["endpoint"], -1)))
             return Decision("shrink", f"mean below {p.low:g} for {self.cold} looks: the least-loaded node "
-                                      "leaves gracefully", figures, node=lightest["endpoint"])
+                                      "leaves gracefully", {**figures, "load": lightest[p.metric]},
+                            node=lightest["endpoint"])
         return Decision("hold", "within bounds", figures)
 
     def changed(self, now: float) -> None:

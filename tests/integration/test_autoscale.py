@@ -118,7 +118,10 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
         wait_for(shrunk, 120, interval=0.2, what="the ring shrunk back to 3 nodes")
         shrinks = [x for x in looks(log_path) if x["action"] == "shrink"]
         assert all(x["ok"] for x in shrinks), shrinks
-        assert {n.endpoint for n in ring.nodes} == {i["endpoint"] for i in walk(dht, seed)[0]}  # ours left first
+        # the least-loaded node of its look left (one of ours among equals: the unit tests; here the
+        # topics may still be going when a look finds the mean below --low)
+        assert all(x["load"] == x["min"] < 100 for x in shrinks), shrinks
+        assert len(walk(dht, seed)[0]) == 3
         dht.close()
     finally:
         publisher.close()
