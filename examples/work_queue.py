@@ -77,6 +77,10 @@ def main() -> None:
             if i == JOBS // 2:
                 late = stack.enter_context(Client(via, on_dead_letter=dead.append))  # a fourth worker joins halfway
                 late.subscribe("images", group="resizers", prefetch=10, max_deliver=3, callback=worker("w4"))
+                # the rest once the shop dispatches to all four (on a busy machine the last 150 jobs could
+                # otherwise be done before the newcomer's subscription reaches the shop)
+                wait_for(lambda: sum(m["joined"] > 0 for m in shop.topic_info("images")["groups"]["resizers"]
+                                     ["per_member"].values()) == 4, 30, what="the fourth worker joined")
                 shop.publish("images", "job broken")
         try:
             wait_for(lambda: len(done) >= JOBS and len(dead) == 1 and sum(map(len, orders.values())) >= JOBS, 30,

@@ -84,7 +84,7 @@ class LookupLoad:
     ring: LocalRing
     rate: float = 100.0
     workers: int = 4
-    results: list[tuple[float, int, object]] = field(default_factory=list)  # (time, key id, LookupResult)
+    results: list[tuple[float, int, object]] = field(default_factory=list)  # (started, key id, LookupResult)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -101,8 +101,9 @@ class LookupLoad:
                 # quarter of a second to answer, and that is not a lookup the ring got wrong
                 client = clients.setdefault(via, DhtClient(via, timeout=PERIOD, retries=0))
                 k = rng.getrandbits(BITS)
+                started = time.monotonic()  # a lookup is "after healing" only if it started after it
                 found = client.lookup_id(k, start=via)
-                self.results.append((time.monotonic(), k, found))  # list.append is atomic
+                self.results.append((started, k, found))  # list.append is atomic
                 next_at += self.workers / self.rate
                 self.stop.wait(max(next_at - time.monotonic(), 0))
         finally:
