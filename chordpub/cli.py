@@ -2,32 +2,20 @@
 
 Every report command takes --json and then prints exactly one JSON object on stdout. Bad input
 gives one clear line on stderr and a non-zero exit, never a traceback (docs/contracts.md). The
-areas live in their own modules, which import only chordpub/cli_common.py; this one mounts them.
+areas live in their own modules, which import only chordpub/cli_common.py; this one mounts them,
+and only the one a command line names: a node or client process does not import and build the
+simulator's, Spark's and Mininet's commands to start.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from chordpub import (
-    cli_acl,
-    cli_analyze,
-    cli_config,
-    cli_dlq,
-    cli_gateway,
-    cli_keys,
-    cli_mininet,
-    cli_node,
-    cli_pubsub,
-    cli_ring,
-    cli_sim,
-    cli_sim_paper,
-    cli_study,
-    cli_sub,
-    cli_topo,
-)
 from chordpub.cli_common import CURVE_HELP, clean_errors, fail, log_file_option, log_level_option, setup_logging
 from dht.ids import key_id
 
@@ -46,27 +34,46 @@ def _flags_take_no_value() -> None:
 
 
 _flags_take_no_value()
-# help texts are plain text: "[topic]" in them is shown, not read as rich markup
-app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
-                  rich_markup_mode=None)
-app.add_typer(cli_node.node_app, name="node")
-app.add_typer(cli_ring.ring_app, name="ring")
-app.command("pub")(cli_pubsub.pub)
-app.command("sub")(cli_sub.sub)
-app.command("gateway")(cli_gateway.gateway)
-app.add_typer(cli_pubsub.topic_app, name="topic")
-app.add_typer(cli_dlq.dlq_app, name="dlq")
-cli_sim.sim_app.command("paper")(cli_sim_paper.paper_cmd)
-cli_sim.sim_app.command("stretch")(cli_sim_paper.stretch_cmd)
-app.add_typer(cli_sim.sim_app, name="sim")
-app.add_typer(cli_topo.topo_app, name="topo")
-app.add_typer(cli_mininet.mininet_app, name="mininet")
-app.command("analyze")(cli_analyze.analyze)
-app.add_typer(cli_keys.keys_app, name="keys")
-app.add_typer(cli_acl.acl_app, name="acl")
-app.add_typer(cli_study.study_app, name="study")
-app.add_typer(cli_config.config_app, name="config")
+
+
+def _area(module: str, attribute: str, group: bool = True) -> Callable[[typer.Typer, str], None]:
+    """Mounts `attribute` of chordpub.`module` under its name: imported only when mounted."""
+    def mount(app: typer.Typer, name: str) -> None:
+        thing = getattr(importlib.import_module(f"chordpub.{module}"), attribute)
+        if group:
+            app.add_typer(thing, name=name)
+        else:
+            app.command(name)(thing)
+    return mount
+
+
+def _sim(app: typer.Typer, name: str) -> None:
+    from chordpub import cli_sim, cli_sim_paper
+
+    if "paper" not in {c.name for c in cli_sim.sim_app.registered_commands}:
+        cli_sim.sim_app.command("paper")(cli_sim_paper.paper_cmd)
+        cli_sim.sim_app.command("stretch")(cli_sim_paper.stretch_cmd)
+    app.add_typer(cli_sim.sim_app, name=name)
+
+
+# the command's first word -> what mounts it, in the order --help lists them
+AREAS: dict[str, Callable[[typer.Typer, str], None]] = {
+    "node": _area("cli_node", "node_app"),
+    "ring": _area("cli_ring", "ring_app"),
+    "pub": _area("cli_pubsub", "pub", group=False),
+    "sub": _area("cli_sub", "sub", group=False),
+    "gateway": _area("cli_gateway", "gateway", group=False),
+    "topic": _area("cli_pubsub", "topic_app"),
+    "dlq": _area("cli_dlq", "dlq_app"),
+    "sim": _sim,
+    "topo": _area("cli_topo", "topo_app"),
+    "mininet": _area("cli_mininet", "mininet_app"),
+    "analyze": _area("cli_analyze", "analyze", group=False),
+    "keys": _area("cli_keys", "keys_app"),
+    "acl": _area("cli_acl", "acl_app"),
+    "study": _area("cli_study", "study_app"),
+    "config": _area("cli_config", "config_app"),
+}
 
 
 def _print_version(value: bool) -> None:
@@ -77,7 +84,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(ctx: typer.Context,
          config: Path = typer.Option(None, "--config", help="A TOML file of settings for any command's options "
                                      "(default: $CHORDPUB_CONFIG, else ./chordpub.toml if present); the command "
@@ -96,7 +102,6 @@ def root(ctx: typer.Context,
             fail(str(exc))
 
 
-@app.command("demo")
 @clean_errors
 def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishing, split between direct and "
                                       "relay mode (0: lookups only)."),
@@ -117,13 +122,58 @@ def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishin
     run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json, curve=curve)
 
 
-@app.command("keyid", hidden=True)
 def keyid(key: str, bits: int = 64) -> None:
     typer.echo(str(key_id(key, bits)))
 
 
+def build(only: str | None = None) -> typer.Typer:
+    """The `chordpub` app: every command, or (`only`) the one a command line names, so that a process
+    started as `chordpub node start` imports and builds that command alone."""
+    # help texts are plain text: "[topic]" in them is shown, not read as rich markup
+    app = typer.Typer(help="chordpub: DHT-based publish/subscribe over a Chord ring on ZeroMQ.",
+                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                      rich_markup_mode=None)
+    app.callback()(root)
+    for name, mount in AREAS.items():
+        if only is None or only == name:
+            mount(app, name)
+    if only in (None, "demo"):
+        app.command("demo")(demo)
+    if only in (None, "keyid"):
+        app.command("keyid", hidden=True)(keyid)
+    return app
+
+
+def _only(argv: list[str]) -> str | None:
+    """The command `argv` names first, when it needs no other: not with a config file in force (it is
+    checked against every command) nor before a command word (`--help`, `--config F`, `--version`), nor for
+    `config`."""
+    if not argv or (argv[0] not in AREAS and argv[0] not in ("demo", "keyid")) or argv[0] == "config":
+        return None  # `config show ARGS` reads the whole app
+    from chordpub.config import config_path
+
+    return None if config_path(None) is not None else argv[0]
+
+
+_full: typer.Typer | None = None
+
+
+def full_app() -> typer.Typer:
+    """Every command (built once)."""
+    global _full
+    if _full is None:
+        _full = build()
+    return _full
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # `from chordpub.cli import app`: the whole app
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main() -> None:
-    app()
+    build(_only(sys.argv[1:]))()
 
 
 def run(*args: object) -> str:
@@ -137,7 +187,7 @@ def run(*args: object) -> str:
     command = f"chordpub {' '.join(map(str, args))}"
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = typer.main.get_command(app).main([str(a) for a in args], prog_name="chordpub",
+            code = typer.main.get_command(full_app()).main([str(a) for a in args], prog_name="chordpub",
                                                     standalone_mode=False)
     except Exception as exc:  # a usage error: what the shell would have printed before exit status 2
         if not hasattr(exc, "format_message"):
