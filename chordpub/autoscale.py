@@ -174,8 +174,8 @@ class Autoscaler:
             return (new is not None and after is not None and after["predecessor"] is not None
                     and after["predecessor"]["endpoint"] == endpoint)
 
-        out = {"started": endpoint, "pid": proc.pid, **self._settle(joined, [proc])}
-        if not out["ok"]:  # stopped by _settle: not ours to take away later
+        out = {"started": endpoint, "pid": proc.pid, **settle(joined, [proc])}
+        if not out["ok"]:  # stopped by settle: not ours to take away later
             self.spawner.procs.pop(endpoint, None)
             self.scaler.started.remove(endpoint)
         return out
@@ -193,28 +193,31 @@ class Autoscaler:
             ring, _ = walk(self.client, self.via, step_over=False)
             return all(i["endpoint"] != decision.node for i in ring) and (proc is None or proc.poll() is not None)
 
-        out = self._settle(gone, [])
+        out = settle(gone, [])
         if proc is not None and proc.poll() is None:
             stop_processes([proc], grace=REAP_GRACE)
         return out
 
-    def _settle(self, done: Callable[[], bool], cleanup: list[subprocess.Popen]) -> dict:
-        """Poll `done` until it holds; a change that does not settle in SETTLE_TIMEOUT is reported failed
-        (and a process it started is stopped), and the cool-down still applies."""
-        t0 = time.monotonic()
-        error = None
-        while True:
-            try:
-                if done():
-                    break
-            except DhtError as exc:
-                error = str(exc)
-                if "exited" in error:
-                    break
-            if time.monotonic() - t0 > SETTLE_TIMEOUT:
-                error = error or f"not settled within {SETTLE_TIMEOUT:g} s"
+
+def settle(done: Callable[[], bool], cleanup: list[subprocess.Popen], timeout: float = SETTLE_TIMEOUT) -> dict:
+    """Poll `done` until it holds; a change that does not settle within `timeout` is reported failed (and
+    the processes in `cleanup` are stopped). A DhtError from `done` is a look that failed (a node too busy
+    to answer): it is the error only if the change never settles, or at once if a started node exited."""
+    t0 = time.monotonic()
+    error = None
+    while True:
+        try:
+            if done():
+                error = None  # a look that failed on the way is forgotten
                 break
-            time.sleep(0.1)  # polling a condition with a deadline
-        if error is not None:
-            stop_processes(cleanup, grace=3)
-        return {"settled_s": round(time.monotonic() - t0, 3), "ok": error is None, "error": error}
+        except DhtError as exc:
+            error = str(exc)
+            if "exited" in error:
+                break
+        if time.monotonic() - t0 > timeout:
+            error = error or f"not settled within {timeout:g} s"
+            break
+        time.sleep(0.1)  # polling a condition with a deadline
+    if error is not None:
+        stop_processes(cleanup, grace=3)
+    return {"settled_s": round(time.monotonic() - t0, 3), "ok": error is None, "error": error}

@@ -2,7 +2,8 @@
 
 To see it fail: make `split_point` return the arc's midpoint whatever the keys (the keys below crowd the
 arc's first tenth: the new node gets all of them, not half), or drop the `looks < p.patience` check in
-`Scaler.decide` (it grows on the first look above)."""
+`Scaler.decide` (it grows on the first look above), or the `error = None` in `chordpub.autoscale.settle`
+(a change that settled after one unanswered look is reported failed)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,27 @@ def test_shrink_takes_the_lightest_preferring_the_newest_node_it_started_and_sto
 def test_a_policy_out_of_order_is_refused_in_words(policy, words):
     with pytest.raises(ValueError, match=words):
         policy.validate()
+
+
+def test_a_change_that_settles_after_a_failed_look_is_ok_and_one_that_never_does_is_not():
+    """A node too busy to answer one look (DhtError) while the change goes on is not a failed change:
+    the scaler once reported such a grow failed and stopped the node that had joined."""
+    from chordpub.autoscale import settle
+    from dht.client import DhtError
+
+    looks = iter([DhtError("info on n0 failed: no reply"), False, True])
+
+    def done() -> bool:
+        look = next(looks)
+        if isinstance(look, Exception):
+            raise look
+        return look
+
+    out = settle(done, [], timeout=10)
+    assert out["ok"] and out["error"] is None, out
+
+    def busy() -> bool:
+        raise DhtError("info on n0 failed: no reply")
+
+    out = settle(busy, [], timeout=0.3)
+    assert not out["ok"] and "no reply" in out["error"], out
