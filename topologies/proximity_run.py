@@ -31,9 +31,12 @@ class ProximityRunError(RuntimeError):
 
 def run_ring_lookups(net: MininetHosts, pns: int, keys_file: Path, logs: Path, stabilize: float = 1.0,
                      successors: int = 8, timeout: float = 120.0,
-                     progress: Callable[[str], None] = lambda _m: None, prs: bool = False, repeat: int = 1) -> dict:
+                     progress: Callable[[str], None] = lambda _m: None, prs: bool = False, repeat: int = 1,
+                     settled: Callable[[list[dict], list[list[int | None]]], bool] | None = None) -> dict:
     """Start the ring with --pns `pns` (and --prs), wait until it has settled, look up every key from
-    every host (each timed `repeat` times, the fastest kept: `node lookups --repeat`).
+    every host (each timed `repeat` times, the fastest kept: `node lookups --repeat`). `settled(nodes,
+    finger ids)`, if given, must hold too before the lookups (a choice the caller waits for: round trips
+    measured on a loaded machine converge to the links' only as samples accumulate).
 
     Returns {"nodes": [{"host", "endpoint", "id"}], "lookups": [{"host", "key", "ok", "owner", "hops",
     "ms"}], "settle_s"}."""
@@ -58,12 +61,12 @@ def run_ring_lookups(net: MininetHosts, pns: int, keys_file: Path, logs: Path, s
             first = first or info["endpoint"]
         progress(f"{tag}: {len(nodes)} nodes started; waiting for the fingers to settle")
         t0 = time.monotonic()
-        fingers = _await_settled(net, nodes, pns, t0 + timeout)
+        fingers = _await_settled(net, nodes, pns, t0 + timeout, settled)
         settle_s = time.monotonic() - t0
         progress(f"{tag}: settled after {settle_s:.1f} s; looking up")
         for _attempt in range(MEASURES):
             lookups = _lookups(net, nodes, keys_file, logs, tag, timeout, repeat)
-            after = _await_settled(net, nodes, pns, time.monotonic() + timeout)
+            after = _await_settled(net, nodes, pns, time.monotonic() + timeout, settled)
             if after == fingers:
                 break
             # a choice moved while the lookups ran (round trips within PNS's margin): they routed over
@@ -120,10 +123,12 @@ def _ring_state(net: MininetHosts, nodes: list[dict]) -> dict:
         return {}
 
 
-def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: float) -> list[list[int | None]]:
+def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: float,
+                   settled: Callable[[list[dict], list[list[int | None]]], bool] | None = None
+                   ) -> list[list[int | None]]:
     """A consistent ring whose every finger is in its interval and, under PNS, chosen on a measured
-    round trip; then the same state once more a round later (choices no longer moving).
-    Returns every node's finger ids, in `nodes` order."""
+    round trip (and `settled` holds); then the same state once more a round later (choices no longer
+    moving). Returns every node's finger ids, in `nodes` order."""
     previous = None
     report: dict = {}
     while time.monotonic() < deadline:
@@ -135,9 +140,13 @@ def _await_settled(net: MininetHosts, nodes: list[dict], pns: int, deadline: flo
                            for f, n in zip(fingers, nodes, strict=True) for x in f)
             if pns < 2 or measured:
                 ids = [[None if x is None else x["id"] for x in f] for f in fingers]
-                if ids == previous:
-                    return ids
-                previous = ids
+                if settled is None or settled(nodes, ids):
+                    if ids == previous:
+                        return ids
+                    previous = ids
+                else:
+                    previous = None
+                    report = {"problems": ["the fingers the caller waits for are not chosen yet"]}
         time.sleep(0.5)  # poll interval of a deadline loop
     raise ProximityRunError(f"the ring did not settle: {report.get('problems') or report}")
 
