@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
@@ -36,6 +35,7 @@ import pytest
 from chordpub.launcher import LocalRing, NodeProcess, wait_for
 from dht.client import DhtClient
 from dht.ids import key_id
+from dht.transport import RpcClient
 from tests.conftest import jsonl
 from tests.helpers.positions import ids as position_ids
 from tests.helpers.positions import positions, survivable_kills, total
@@ -157,7 +157,7 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
             wait_for(lambda: len(load.results) >= 200, 30, what="200 lookups before the failure")
             before = sorted(t for t, _k, _r in load.results)
             survivors = [p for p in positions(ring.nodes) if p.node not in victims]
-            rounds_at_kill = rounds_of(via, survivors)
+            rounds_at_kill = rounds_of(survivors)
             killed_at = time.monotonic()
             for n in victims:
                 n.proc.send_signal(signal.SIGKILL)
@@ -167,7 +167,7 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
             healed_at = time.monotonic()
             # the round in which each survivor's successor and predecessor last changed: the ring healed
             # when the last of them settled, however late a loaded machine let the check see it
-            settled = rounds_of(via, survivors, "links_changed_round")
+            settled = rounds_of(survivors, "links_changed_round")
             rounds = max(0, *(b - a for a, b in zip(rounds_at_kill, settled, strict=True)))
             wait_for(lambda: len([r for r in load.results if r[0] > healed_at]) >= 200, 60,
                      what="200 lookups after healing")
@@ -204,16 +204,19 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
         assert sub_report["last_second_repaired"] == 0, f"{mode}: the stream is live again after the kill"
 
 
-def rounds_of(via: str, where: list, field: str = "rounds") -> list[int]:
+def rounds_of(where: list, field: str = "rounds") -> list[int]:
     """The maintenance rounds each of these positions has run so far (or the `field` of its info
-    that counts in rounds), asked of all at once: asked one after another, the first would have run
-    rounds more by the time the last answers."""
-    def ask(p) -> int:  # noqa: ANN001 - a tests.helpers.positions position
-        with DhtClient(via, timeout=2.0) as client:
-            return client.info(p.endpoint)[field]
-
-    with ThreadPoolExecutor(len(where)) as pool:
-        return list(pool.map(ask, where))
+    that counts in rounds), asked of all at once over one socket (RpcClient.send): asked one after
+    another, or each over a socket of its own on a loaded machine, the first would have run rounds
+    more by the time the last answers, and the rounds counted from the kill would include them."""
+    replies: dict[int, object] = {}
+    with RpcClient(timeout=5.0) as rpc:
+        for i, p in enumerate(where):
+            rpc.send(p.endpoint, "info", on_reply=lambda reply, i=i: replies.__setitem__(i, reply))
+        rpc.serve_until(lambda: len(replies) == len(where))
+    failed = [where[i].endpoint for i, r in replies.items() if not r.ok]
+    assert not failed, f"no info from {failed}"
+    return [replies[i].body[field] for i in range(len(where))]
 
 
 def start_reliable_pair(tmp_path, via: str, count: int, mode: str,  # noqa: ANN001
