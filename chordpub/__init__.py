@@ -5,24 +5,13 @@ a one-shot command (`python -m chordpub ...`) does not pay for the client's impo
 
 from importlib import import_module
 
+__version__ = "0.1.0"  # setup.cfg reads it from here: one definition, and `--version` reads no metadata
 _API = {"Client": "pubsub.client", "Subscription": "pubsub.delivery", "DeadLetter": "pubsub.message",
         "Message": "pubsub.message"}
 __all__ = ["Client", "DeadLetter", "Message", "Subscription", "__version__"]
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("chordpub")  # setup.cfg's, once installed
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> object:
-    if name == "__version__":
-        value = globals()["__version__"] = _version()
-        return value
     if name in _API:
         value = getattr(import_module(_API[name]), name)
         globals()[name] = value
@@ -31,4 +20,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"__version__"})
+    return sorted(set(globals()) | set(_API))

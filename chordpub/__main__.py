@@ -1,3 +1,3 @@
-from chordpub.cli import main
+from chordpub.entry import main
 
 main()

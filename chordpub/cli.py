@@ -20,22 +20,6 @@ from chordpub.cli_common import CURVE_HELP, clean_errors, fail, log_file_option,
 from dht.ids import key_id
 
 
-def _flags_take_no_value() -> None:
-    """Typer labels every option's value type in --help, flags included (`--help <bool>`); a flag
-    takes no value, so it gets no label. Done on typer's option class, for every command at once."""
-    from typer.core import TyperOption
-
-    labelled = TyperOption.display_type_rich
-
-    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
-        return None if self.is_flag else labelled(self, ctx)
-
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
-
-
-_flags_take_no_value()
-
-
 def _area(module: str, attribute: str, group: bool = True) -> Callable[[typer.Typer, str], None]:
     """Mounts `attribute` of chordpub.`module` under its name: imported only when mounted."""
     def mount(app: typer.Typer, name: str) -> None:

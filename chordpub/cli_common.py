@@ -10,16 +10,18 @@ import functools
 import json
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-import zmq
 
-from dht import wire
-from dht.client import DhtClient, DhtError, contact
+if TYPE_CHECKING:  # imported where used: `--help` and `--version` need neither ZeroMQ nor the ring
+    import zmq
+
+    from dht.client import DhtClient
 
 EXIT_ERROR = 2
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,15 +46,25 @@ def clean_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise  # typer's own exits and usage errors (Exit is a RuntimeError)
-        except zmq.ZMQError as exc:  # a bind that cannot happen: a port in use, an address not ours
-            fail(f"{exc.strerror or exc}" + (f" ({zmq_hint(exc)})" if zmq_hint(exc) else ""))
-        except (DhtError, wire.WireError, ValueError, OSError, TimeoutError, RuntimeError) as exc:
+        except Exception as exc:
+            if _is(exc, "zmq", "ZMQError"):  # a bind that cannot happen: a port in use, an address not ours
+                fail(f"{exc.strerror or exc}" + (f" ({zmq_hint(exc)})" if zmq_hint(exc) else ""))
+            if not (_is(exc, "dht.client", "DhtError")
+                    or isinstance(exc, ValueError | OSError | TimeoutError | RuntimeError)):
+                raise  # dht.wire.WireError is a ValueError
             message = str(exc) or type(exc).__name__
             if "no reply from" in message and "--curve" not in message:
                 message += " (is it running? a ring started with --curve serves only clients holding its keys)"
             fail(message)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _is(exc: BaseException, module: str, name: str) -> bool:
+    """Whether `exc` is module.name, without importing the module: an error of a module that was
+    never imported cannot have been raised."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(exc, getattr(loaded, name))
 
 
 def check_source(source: str) -> None:
@@ -90,6 +102,8 @@ def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNE
     """A client for the one-shot commands, once `endpoint` has answered within `connect_timeout`
     seconds; a ring that runs --curve answers only with the keys. `client_options` go to DhtClient
     (timeout, retries)."""
+    from dht.client import DhtClient, DhtError, contact
+
     client = DhtClient(endpoint_arg(endpoint), setup=curve_setup(curve, "client"), **client_options)
     try:
         contact(client.rpc, endpoint, connect_timeout)
@@ -102,6 +116,8 @@ def dht_client(endpoint: str, curve: Path | None, connect_timeout: float = CONNE
 def endpoint_arg(text: str, resolve: bool = True) -> str:
     """A H:P the user gave: well formed, and (unless `resolve` is False: a seed may not be in the DNS
     yet when a deployment starts) a host name that resolves, said at once rather than after a timeout."""
+    from dht import wire
+
     host, _ = wire.parse_endpoint(text)
     if resolve:
         try:
@@ -126,6 +142,8 @@ def peer_text(p: dict | None) -> str:
 
 
 def zmq_hint(exc: zmq.ZMQError) -> str:
+    import zmq
+
     if exc.errno == zmq.EADDRINUSE:
         return "another process listens on that port: pick another --port, or 0 for a free one"
     if exc.errno == zmq.EADDRNOTAVAIL:

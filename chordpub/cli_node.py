@@ -39,7 +39,6 @@ from chordpub.cli_common import (
     reload_on_sighup,
     setup_logging,
 )
-from chordpub.launcher import wait_for
 from dht.ids import check_bits
 
 GO_WAIT = 600.0  # seconds `node lookups --go-file` waits for its turn
@@ -273,6 +272,8 @@ def node_lookups(endpoint: str = typer.Argument(..., help="Start every lookup at
         if ready_file is not None:
             ready_file.touch()
         if go_file is not None:
+            from dht.processes import wait_for
+
             wait_for(go_file.exists, GO_WAIT, interval=0.02, what=f"--go-file {go_file}")
         for key in names:
             tries = [client.lookup(key) for _ in range(repeat)]

@@ -13,57 +13,21 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dht.client import DhtClient
+from dht.processes import interrupts_deferred, stop_processes, wait_for
 from dht.ringcheck import check_ring
 from dht.transport import SocketSetup
+
+__all__ = ["LaunchError", "LocalRing", "NodeProcess", "await_ready", "interrupts_deferred", "node_command",
+           "spawn_node", "stop_processes", "wait_for"]
 
 
 class LaunchError(RuntimeError):
     pass
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.05,
-             what: str = "condition") -> object:
-    """Poll `predicate` until it returns something truthy; raise TimeoutError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not reached within {timeout:g}s")
-        time.sleep(interval)
-
-
-@contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) back until the block ends, then raise it.
-
-    A KeyboardInterrupt that lands inside `subprocess.Popen`, after the fork, loses the child: Popen
-    never returns it, so nobody can stop it. Starting a child and recording it inside this block
-    means whatever stops "everything started" on an interrupt really sees everything. Off the main
-    thread (where Python delivers no signals) it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[object] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, caught[0])
-            elif previous == signal.SIG_DFL:
-                raise KeyboardInterrupt
 
 
 @dataclass
@@ -131,24 +95,6 @@ def await_ready(proc: subprocess.Popen, workdir: Path, name: str, timeout: float
 
     info = wait_for(check, timeout, what=f"node {name} ready")
     return NodeProcess(info["endpoint"], int(info["id"]), proc, log, info.get("positions") or [])
-
-
-def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
-    """SIGTERM every process, wait up to `grace` seconds, then SIGKILL what is left."""
-    procs = [p for p in procs if p is not None]
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
 
 
 @dataclass

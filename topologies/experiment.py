@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chordpub.launcher import interrupts_deferred
+from dht.processes import interrupts_deferred
 from topologies.hosts import BACKENDS, Hosts, graph_for, open_hosts
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
 from topologies.run_summary import summarize, tail, topics_for

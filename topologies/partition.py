@@ -144,7 +144,7 @@ class PartitionedRing:
 @contextmanager
 def partitioned_ring(a: int, b: int, workdir: Path, stabilize: float = 0.5) -> Iterator[PartitionedRing]:
     """Mininet with `two_sides(a, b)` and a node on every host; everything stopped however the block ends."""
-    from chordpub.launcher import stop_processes
+    from dht.processes import stop_processes
     from topologies.mininet_net import mininet_network
 
     workdir.mkdir(parents=True, exist_ok=True)
