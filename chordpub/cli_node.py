@@ -173,8 +173,9 @@ def node_start(
         f"; metrics on http://{listen.host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint,
         node.me.id, "" if vnodes == 1 else f", with {vnodes} ring positions",
         "" if listen.bind == listen.host else f" (bound on {listen.bind})")
-    while not stop_requested.is_set() and not node.stopped.is_set():
-        stop_requested.wait(0.2)
+    # a signal interrupts the wait at once; a node that stops by itself (`node leave`) is seen within a second
+    while not stop_requested.wait(1.0) and not node.stopped.is_set():
+        pass
     if not node.stopped.is_set():
         node.leave()
         node.wait(timeout=3 * node.timeout * vnodes + 1)  # each position hands over and says goodbye

@@ -51,8 +51,8 @@ class NodeProcess:
 
 
 def node_command(host: str, port: int, join: str | None, ready_file: Path,
-                 options: dict[str, object] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "chordpub", "node", "start", "--host", host, "--port", str(port),
+                 options: dict[str, object] | None = None, python: str | None = None) -> list[str]:
+    cmd = [python or sys.executable, "-m", "chordpub", "node", "start", "--host", host, "--port", str(port),
            "--ready-file", str(ready_file)]
     if join:
         cmd += ["--join", join]
@@ -66,14 +66,18 @@ def node_command(host: str, port: int, join: str | None, ready_file: Path,
 
 
 def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0, join: str | None = None,
-               options: dict[str, object] | None = None) -> subprocess.Popen:
+               options: dict[str, object] | None = None, code: Path | None = None,
+               python: str | None = None) -> subprocess.Popen:
+    """A `chordpub node start` process; `code`: run the chordpub of that source tree instead of this one,
+    with the interpreter `python` (benchmarks set one revision's ring beside another's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / f"{name}.ready"
     ready.unlink(missing_ok=True)
     log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:
-        return subprocess.Popen(node_command(host, port, join, ready, options), stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
+        return subprocess.Popen(node_command(host, port, join, ready, options, python), stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=code, env=env)
     finally:
         log.close()
 
@@ -106,6 +110,8 @@ class LocalRing:
     base_port: int = 0
     options: dict[str, object] = field(default_factory=dict)
     setup: SocketSetup | None = None  # for our own `check` calls (CURVE)
+    code: Path | None = None  # the source tree the nodes run (default: this one; spawn_node) ...
+    python: str | None = None  # ... and the interpreter (default: this one)
     nodes: list[NodeProcess] = field(default_factory=list)
     _count: int = 0
 
@@ -138,7 +144,8 @@ class LocalRing:
         name = f"node{self._count}"
         port = self.base_port + self._count if self.base_port else 0
         self._count += 1
-        proc = spawn_node(self.workdir, name, self.host, port, join, {**self.options, **options})
+        proc = spawn_node(self.workdir, name, self.host, port, join, {**self.options, **options}, code=self.code,
+                          python=self.python)
         return proc, self.workdir, name
 
     def add(self, join: str | None = None, timeout: float = 30.0, **options: object) -> NodeProcess:

@@ -36,7 +36,7 @@ from dht.maintenance import Maintainer
 from dht.node import ChordNode, NodeConfig, Shared
 from dht.notifier import Notifier
 from dht.policy import PolicyFile
-from dht.prober import HINTS
+from dht.prober import HINTS, PROBE_PERIODS
 from dht.proximity import RoundTrips
 from dht.transport import Refused, RpcClient, RpcServer, SocketSetup
 
@@ -124,6 +124,12 @@ class ChordHost:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.server.wake()
+        self.changes.put(None)  # the notifier's wake-up
+        try:
+            self.hints.put_nowait(None)  # the prober's
+        except queue.Full:
+            pass  # it has hints to follow: it looks at `stopped` after the first
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
@@ -251,10 +257,14 @@ class ChordHost:
             next_probe = time.monotonic() + every * random.uniform(0.5, 1.0)
             turn = 0
             while not self.stopped.is_set():
-                wait = max(0.0, next_probe - time.monotonic()) if every > 0 else 1.0
+                # without probes, the routing table's nodes are still remembered every PROBE_PERIODS periods
+                wait = max(0.0, next_probe - time.monotonic()) if every > 0 else PROBE_PERIODS * self.config.stabilize
                 self.probe_rpc.new_cycle()  # each probe and hint asks afresh
                 try:
-                    prober, peer, hops = self.hints.get(timeout=min(wait, self.config.stabilize, 1.0))
+                    hint = self.hints.get(timeout=wait)
+                    if hint is None:  # stop() wakes us
+                        continue
+                    prober, peer, hops = hint
                     if not prober.node.left:
                         prober.counted(lambda p=prober, e=peer, h=hops: p.follow(e, h))
                 except queue.Empty:
@@ -264,9 +274,8 @@ class ChordHost:
                         turn += 1
                         if not prober.node.left:
                             prober.counted(prober.probe)
-                    else:
-                        for prober in probers:
-                            prober.sync()
+                    for prober in probers:  # (a probe syncs its own position's)
+                        prober.sync()
                 except Exception:  # a prober bug must not stop the node probing
                     log.exception("probe failed")
                 for prober in probers:

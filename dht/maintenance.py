@@ -60,6 +60,7 @@ class MaintainedNode(Protocol):
     round_trips: Any  # dht/proximity.py RoundTrips, shared by the positions of a process
     members: Any  # dht/membership.py Members, used under `lock`
     remembered_at_start: int  # members loaded from the data directory
+    predecessor_heard: float  # monotonic time the predecessor last asked for our links
 
     def write_field(self, composite: str, raw: bytes | None) -> int: ...
 
@@ -69,6 +70,11 @@ ENTRY_BATCH_BYTES = 256 * 1024
 QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
 FULL_EVERY = 20  # rounds between full pushes to the replicas (anti-entropy)
 MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
+MAX_FINGER_GAP = 8  # a quiet ring's rounds between finger refreshes, at most (doubling while nothing changes)
+SAMPLES_REUSED = 4  # refreshes of a finger that take its PNS samples from the last list fetched, if its first
+# node is the same (the samples' round trips keep coming from every other call)
+PREDECESSOR_HEARD = 1.5  # periods within which the predecessor's own get_links proves it alive (its
+# rounds are a period apart, with 10% jitter): a dead one is pinged, and found, half a period later at most
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -106,11 +112,16 @@ class Maintainer:
         self._last_links: tuple = ()
         self._quiet_rounds = 0
         self._next_finger = 0
+        self._finger_gap = 1  # quiet rounds between finger refreshes (MAX_FINGER_GAP)
+        self._finger_wait = 0  # rounds left before the next one
+        self._cycle_changed = False  # a finger changed in the current round-robin cycle
+        self._samples: dict[int, tuple[Peer, list[Peer], int]] = {}  # level -> (first, samples, uses left)
         self._hand_back_pending = node.store.loaded > 0  # restarted from --data-dir
         self._pred_missed = 0
         self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
         self._last_successor: Peer | None = None  # for the successor-changes counter
         self._last_neighbours: tuple = ()  # (successor, predecessor) at the end of the last round
+        self.me_encoded = wire.encode_peer(self.me)
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -224,7 +235,7 @@ class Maintainer:
                 succ = self.routing.successor
             self.fresh_if_down(succ.endpoint)
             known_silent = process_of(succ.endpoint) in getattr(self.rpc, "silent", ())
-            links = self.rpc.call(succ.endpoint, "get_links")
+            links = self.rpc.call(succ.endpoint, "get_links", peer=self.me_encoded)
             if not links.ok:
                 if unreachable(links) and self.dead(succ.endpoint, links):
                     if not known_silent:
@@ -270,10 +281,16 @@ class Maintainer:
     def check_predecessor(self) -> None:
         """check_predecessor() (ToN'03 Fig. 6), forgetting it after two missed pings in a row, or at
         once when its process is gone: the predecessor decides what this node owns, and one slow
-        answer from a busy neighbour is not a death worth a round of hand-overs."""
+        answer from a busy neighbour is not a death worth a round of hand-overs. A predecessor that
+        asked for our links within the last PREDECESSOR_HEARD periods (its stabilize does, every
+        round) is alive without a ping: an idle ring's check costs nothing."""
         with self.node.lock:
             pred = self.routing.predecessor
+            heard = self.node.predecessor_heard
         if pred is None:
+            return
+        if time.monotonic() - heard < PREDECESSOR_HEARD * self.config.stabilize:
+            self._pred_missed = 0
             return
         self.fresh_if_down(pred.endpoint)
         reply = self.rpc.call(pred.endpoint, "ping")
@@ -293,7 +310,10 @@ class Maintainer:
         ring converges in a handful of periods. Once it is quiet, one run of fingers is refreshed
         per round, round-robin like the paper's `next`, which keeps a steady ring's background
         traffic at about one lookup per node per period. One lookup settles every finger that
-        the same node must own.
+        the same node must own. A whole cycle of refreshes that changed nothing doubles the rounds
+        between refreshes, up to MAX_FINGER_GAP; any change brings them back to every round. (A
+        finger gone stale refers a lookup to a node that precedes the key all the same: it costs
+        hops, never a wrong answer; a dead one is forgotten as soon as a call finds it.)
         """
         lock = self.node.lock
         with lock:
@@ -302,6 +322,12 @@ class Maintainer:
             self._last_links = links
             self._quiet_rounds = 0
         full = self._quiet_rounds < QUIET_ROUNDS_BEFORE_INCREMENTAL
+        if full:
+            self._finger_gap, self._finger_wait = 1, 0
+        elif self._finger_wait > 0:
+            self._finger_wait -= 1
+            self._quiet_rounds += 1
+            return
         changed = stop = False
         i = 0 if full else self._next_finger
         while i < self.config.bits and not self.node.stopped.is_set():
@@ -337,6 +363,12 @@ class Maintainer:
                 break
         self._next_finger = i if i < self.config.bits else 0
         self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
+        self._cycle_changed = self._cycle_changed or changed
+        if not full and self._next_finger == 0:  # a cycle ends
+            quiet = not self._cycle_changed
+            self._finger_gap = min(2 * self._finger_gap, MAX_FINGER_GAP) if quiet else 1
+            self._cycle_changed = False
+        self._finger_wait = self._finger_gap - 1
 
     def pick_by_proximity(self, level: int, first: Peer, current: Peer | None, probe: bool = True) -> None:
         """Finger `level` := the nearest of up to K nodes of its interval, `first` (the interval's first
@@ -350,6 +382,9 @@ class Maintainer:
         rtt.now = self.node.rounds
         if not probe:
             candidates = interval_candidates(self.me.id, level, bits, first, [current] if current else [], 2)
+        elif (cached := self._samples.get(level)) is not None and cached[0] == first and cached[2] > 0:
+            candidates = cached[1]
+            self._samples[level] = (first, candidates, cached[2] - 1)
         else:
             candidates = interval_candidates(self.me.id, level, bits, first, [], k)
             tail = first
@@ -365,6 +400,8 @@ class Maintainer:
                 if len(more) == len(candidates):
                     break
                 candidates, tail = more, more[-1]
+            self._samples[level] = (first, candidates, SAMPLES_REUSED)
+        if probe:
             for p in candidates:
                 for _ in range(2):  # a first call to a peer also opens the connection: it is not timed
                     if rtt.get(p.endpoint) is not None or rtt.down(p.endpoint) or self.node.stopped.is_set():
@@ -505,7 +542,7 @@ class Maintainer:
         judged at the last moment the server had nothing waiting, not at the clock: a node too busy
         to read its queue must not expire the fields whose renewals sit in it."""
         node = self.node
-        now = min(time.time(), node.server.caught_up_at)
+        now = min(time.time(), node.server.caught_up())
         with node.lock:
             gone = node.records.expired(now, self.routing.owns_strictly)
             for composite in gone:

@@ -176,6 +176,7 @@ class ChordNode:
         self.rounds = 0
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.links_changed_round = 0  # `rounds` when the successor or predecessor last changed
+        self.predecessor_heard = float("-inf")  # when the predecessor last asked for our links (stabilize)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
         self.record_writes = 0  # of which changed a record: registrations, unregistrations
@@ -315,6 +316,9 @@ class ChordNode:
         return {"done": hop.done, "peer": wire.encode_peer(hop.peer)}
 
     def _on_get_links(self, req: dict) -> dict:
+        asker = req.get("peer")
+        if asker is not None and asker == self.routing.predecessor:
+            self.predecessor_heard = time.monotonic()
         return {"predecessor": wire.encode_peer(self.routing.predecessor),
                 "successors": [wire.encode_peer(s) for s in self.routing.successors]}
 

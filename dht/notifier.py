@@ -93,7 +93,8 @@ class Notifier:
         while not self.node.stopped.is_set():
             self._police()
             try:
-                batch = [changes.get(timeout=0.2 if self.policy is None else 0.02)]
+                # without a policy nothing but a change (or stop(), putting None) needs this thread
+                batch = [changes.get(timeout=2.0 if self.policy is None else 0.02)]
             except queue.Empty:
                 continue
             while len(batch) < BATCH:
@@ -101,6 +102,9 @@ class Notifier:
                     batch.append(changes.get_nowait())
                 except queue.Empty:
                     break
+            batch = [c for c in batch if c is not None]
+            if not batch:
+                continue
             try:
                 self.publish(batch)
             except Exception:  # a bug here must not silence every later notification

@@ -136,28 +136,62 @@ class RpcServer:
         self.bytes_sent = 0  # replies, for the node's traffic figures
         self.bytes_received = 0  # requests
         self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
+        self._waiting = False  # serve() is waiting for a request
+        self._wake_address = f"inproc://rpc-wake-{id(self)}"
         # told (position, request bytes, reply bytes) of each request answered: a process holding
         # several ring positions counts each one's traffic (dht/host.py)
         self.tally: Callable[[int, int, int], None] | None = None
 
-    def serve(self, stop: threading.Event, poll_ms: int = 200) -> None:
-        """Serve until `stop` is set. Runs in the caller's thread; the socket stays in it."""
-        self.socket.setsockopt(zmq.RCVTIMEO, poll_ms)  # a blocking recv that wakes to check `stop`
-        while not stop.is_set():
-            try:
-                frames, principal = self.receive(0)
-            except zmq.Again:
-                self.caught_up_at = time.time()
-                continue
-            reply = self.handle_frames(frames, principal)
-            if reply is not None:
+    def serve(self, stop: threading.Event, poll_ms: int = 2000) -> None:
+        """Serve until `stop` is set and `wake()` is called (or `poll_ms` has passed). Runs in the caller's
+        thread; the socket stays in it. An idle server sleeps: no timer wakes it."""
+        wake = self.context.socket(zmq.PULL)
+        wake.setsockopt(zmq.LINGER, 0)
+        wake.bind(self._wake_address)
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        try:
+            while not stop.is_set():
+                self._waiting = True
+                ready = dict(poller.poll(poll_ms))
+                self._waiting = False
+                if wake in ready:
+                    wake.recv(zmq.NOBLOCK)
+                if self.socket not in ready:
+                    self.caught_up_at = time.time()
+                    continue
                 try:
-                    self.socket.send_multipart(reply, zmq.NOBLOCK)
-                    self.bytes_sent += len(reply[-1])
-                except zmq.ZMQError as exc:  # peer gone: drop the reply
-                    log.debug("reply not sent: %s", exc)
-            if not self.socket.poll(0):
-                self.caught_up_at = time.time()
+                    frames, principal = self.receive(zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
+                reply = self.handle_frames(frames, principal)
+                if reply is not None:
+                    try:
+                        self.socket.send_multipart(reply, zmq.NOBLOCK)
+                        self.bytes_sent += len(reply[-1])
+                    except zmq.ZMQError as exc:  # peer gone: drop the reply
+                        log.debug("reply not sent: %s", exc)
+                if not self.socket.poll(0):
+                    self.caught_up_at = time.time()
+        finally:
+            wake.close(linger=0)
+
+    def wake(self) -> None:
+        """Make `serve` look at its stop event now (from any thread)."""
+        sock = self.context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 100)
+        try:
+            sock.connect(self._wake_address)
+            sock.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # no server waiting: nothing to wake
+        finally:
+            sock.close()
+
+    def caught_up(self) -> float:
+        """The last moment nothing was waiting to be served: now, while the server waits for a request."""
+        return time.time() if self._waiting else self.caught_up_at
 
     def close(self) -> None:
         self.socket.close(linger=0)

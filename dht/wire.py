@@ -257,7 +257,9 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "ping": {},
     "info": {"topics": (_names_wanted, False)},  # topics: how many owned record keys to list
     "next_hop": {"key_id": (_id, True), "avoid": (_endpoints, False)},
-    "get_links": {},  # stabilize: predecessor and successor list in one round trip
+    # stabilize: predecessor and successor list in one round trip; `peer`, the asker, tells a node its
+    # predecessor is alive (it then pings it only when it has not asked for a while)
+    "get_links": {"peer": (_peer, False)},
     "notify": {"peer": (_peer, True)},
     "put": {"key": (_key, True), "value": (_bytes, True)},
     "get": {"key": (_key, True)},
