@@ -12,7 +12,7 @@ PACKAGES := dht pubsub sim topologies traces chordpub
 # the demo and the suite start would otherwise compile them from source (a third of a second each)
 COMPILE = $(PY) -m compileall -q $(PACKAGES) >/dev/null
 
-.PHONY: demo test lint notebooks system-deps bench-deps bench-groups bench-peers clean
+.PHONY: demo test lint mutants notebooks system-deps bench-deps bench-groups bench-peers clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ bench-groups: bench-deps
 # chordpub against NATS, Mosquitto and JetStream (benchmarks/peers.py).
 bench-peers: bench-deps
 	$(PY) benchmarks/peers.py
+
+# Every mutant docs/testing.md lists, each applied to a scratch copy, its test run 5 times: all must fail.
+# Not part of `make test` (it runs each acceptance test five times over); MUTANTS_ARGS="--only groups".
+MUTANTS_ARGS ?=
+mutants: $(STAMP_TEST) system-deps
+	$(PY) -m tests.mutants $(MUTANTS_ARGS)
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

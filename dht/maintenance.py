@@ -122,6 +122,7 @@ class Maintainer:
         self._last_successor: Peer | None = None  # for the successor-changes counter
         self._last_neighbours: tuple = ()  # (successor, predecessor) at the end of the last round
         self.me_encoded = wire.encode_peer(self.me)
+        self._refreshed: str | None = None  # the replica target this round's stabilize refreshed
 
     @property
     def routing(self):  # noqa: ANN201 - the node's RoutingTable, always used under node.lock
@@ -235,7 +236,9 @@ class Maintainer:
                 succ = self.routing.successor
             self.fresh_if_down(succ.endpoint)
             known_silent = process_of(succ.endpoint) in getattr(self.rpc, "silent", ())
-            links = self.rpc.call(succ.endpoint, "get_links", peer=self.me_encoded)
+            links = self.rpc.call(succ.endpoint, "get_links", peer=self.me_encoded, **self._refresh_along(succ))
+            if self._refreshed == succ.endpoint and "refreshed" not in links.body:
+                self._refreshed = None  # not taken along (no reply, or a node that does not know how)
             if not links.ok:
                 if unreachable(links) and self.dead(succ.endpoint, links):
                     if not known_silent:
@@ -258,6 +261,21 @@ class Maintainer:
             if x != self.me:  # the successor already knows us as its predecessor otherwise
                 self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
             return
+
+    def _refresh_along(self, succ: Peer) -> dict:
+        """The replicas' `refresh` for a successor that holds some, when this round refreshes: it goes with
+        the stabilize call instead of a message of its own (replicate() then skips that target)."""
+        node = self.node
+        self._refreshed = None
+        if node.rounds % self.config.refresh_every or self.config.replicas < 2:
+            return {}
+        with node.lock:
+            pred = self.routing.predecessor
+            targets = replica_targets(self.me, self.routing.successors, self.config.replicas - 1)
+        if pred is None or succ not in targets:
+            return {}
+        self._refreshed = succ.endpoint
+        return {"from": wire.encode_id(pred.id), "to": wire.encode_id(self.me.id)}
 
     def dead(self, endpoint: str, reply: Reply) -> bool:
         """Whether a peer that did not answer is to be forgotten: its process is gone (its connection
@@ -457,7 +475,7 @@ class Maintainer:
         for endpoint in targets:
             if entries:
                 pushed = self.push(endpoint, "replicate", entries) and pushed
-            if refresh and not full and pred is not None:
+            if refresh and not full and pred is not None and endpoint != self._refreshed:
                 self.rpc.call(endpoint, "refresh", **{"from": wire.encode_id(pred.id),
                                                      "to": wire.encode_id(self.me.id)})
         if pushed:

@@ -31,6 +31,7 @@ OTHER_RING = "other-ring"  # answered, but its ring does not route our id to us
 UNREACHABLE = "unreachable"  # did not answer its last probe
 UNKNOWN = "unknown"  # not probed since it left our routing table (or a seed never heard from)
 STATES = (IN_RING, OTHER_RING, UNREACHABLE, UNKNOWN)
+QUIET_DOUBLINGS = 3  # a member found in our ring again and again is probed every 8 intervals at most
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Member:
     state: str = UNKNOWN
     last_seen: float = 0.0  # wall-clock time of its last sign of life (in our table, or answering)
     last_probe: float = 0.0  # wall-clock time it was last probed
+    agreed: int = 0  # probes in a row that found it in our ring (each doubles its wait, QUIET_DOUBLINGS)
 
     def to_row(self, now: float) -> dict:
         return {"endpoint": self.endpoint, "id": self.id, "seed": self.seed, "state": self.state,
@@ -108,11 +110,15 @@ class Members:
         if m is not None:
             m.id, m.last_seen = peer.id, now
 
-    def probe_target(self, in_table: set[str], now: float) -> Member | None:
+    def probe_target(self, in_table: set[str], now: float, every: float = 0.0) -> Member | None:
         """The member to probe next: one not in our routing table (those are known to be in our ring),
-        the one probed longest ago (never probed first, seeds before others)."""
+        the one probed longest ago (never probed first, seeds before others). A member that the last
+        probes found in our ring waits `every` seconds (the probe interval) times 2^k before the next,
+        for k >= 1 such probes in a row up to QUIET_DOUBLINGS: a quiet ring stops asking what it knows, while
+        a member unreachable or in another ring (a partition, a restarted seed) is asked at full pace."""
         self._forget_old(now)
-        candidates = [m for m in self._members.values() if m.endpoint not in in_table]
+        candidates = [m for m in self._members.values() if m.endpoint not in in_table
+                      and (not m.agreed or now >= m.last_probe + every * (1 << min(m.agreed, QUIET_DOUBLINGS)))]
         if not candidates:
             return None
         return min(candidates, key=lambda m: (m.last_probe, not m.seed))
@@ -122,6 +128,7 @@ class Members:
         if m is None:
             return
         m.state, m.last_probe = outcome, now
+        m.agreed = m.agreed + 1 if outcome == IN_RING else 0
         if outcome != UNREACHABLE:
             m.last_seen = now
             if peer_id is not None:

@@ -319,7 +319,8 @@ class ChordNode:
         asker = req.get("peer")
         if asker is not None and asker == self.routing.predecessor:
             self.predecessor_heard = time.monotonic()
-        return {"predecessor": wire.encode_peer(self.routing.predecessor),
+        refreshed = self._on_refresh(req) if "from" in req and "to" in req else {}
+        return {**refreshed, "predecessor": wire.encode_peer(self.routing.predecessor),
                 "successors": [wire.encode_peer(s) for s in self.routing.successors]}
 
     def _on_notify(self, req: dict) -> dict:

@@ -89,7 +89,7 @@ class Prober:
         node = self.node
         in_table = self.sync()
         with node.lock:
-            target = node.members.probe_target(in_table, time.time())
+            target = node.members.probe_target(in_table, time.time(), self.every)
         if target is None:
             return
         self.probes += 1

@@ -258,8 +258,9 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "info": {"topics": (_names_wanted, False)},  # topics: how many owned record keys to list
     "next_hop": {"key_id": (_id, True), "avoid": (_endpoints, False)},
     # stabilize: predecessor and successor list in one round trip; `peer`, the asker, tells a node its
-    # predecessor is alive (it then pings it only when it has not asked for a while)
-    "get_links": {"peer": (_peer, False)},
+    # predecessor is alive (it then pings it only when it has not asked for a while); `from`/`to`, a
+    # `refresh` of the asker's replicas carried along when the successor holds them
+    "get_links": {"peer": (_peer, False), "from": (_id, False), "to": (_id, False)},
     "notify": {"peer": (_peer, True)},
     "put": {"key": (_key, True), "value": (_bytes, True)},
     "get": {"key": (_key, True)},

@@ -100,3 +100,24 @@ def test_join_takes_a_list_comma_separated_or_repeated():
     assert seed_list(None) == []
     assert seed_list("a:1") == ["a:1"]
     assert seed_list(["a:1,b:2", "c:3", "a:1", " d:4 , "]) == ["a:1", "b:2", "c:3", "d:4"]
+
+
+def test_a_member_found_in_our_ring_again_and_again_is_probed_less_often_until_it_is_not():
+    """Probes that keep finding a member in our ring double its wait (up to 8 intervals); one that
+    finds it unreachable or in another ring brings it back to every interval (a partition or a
+    restarted seed is found at full pace). To see it fail: `agreed` never counted (every probe due)."""
+    m = Members(ME, [])
+    m.sync([peer(2)], now=0.0)
+    off_table: set[str] = set()
+    due = []
+    t = 1.0
+    while t < 40.0:
+        target = m.probe_target(off_table, now=t, every=1.0)
+        if target is not None:
+            due.append(t)
+            m.probed(target.endpoint, IN_RING, now=t)
+        t += 1.0
+    gaps = [b - a for a, b in zip(due, due[1:])]
+    assert gaps[:3] == [2.0, 4.0, 8.0] and set(gaps[3:]) == {8.0}, gaps
+    m.probed(peer(2).endpoint, UNREACHABLE, now=t)
+    assert m.probe_target(off_table, now=t + 1.0, every=1.0) is not None

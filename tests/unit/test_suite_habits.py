@@ -1,5 +1,6 @@
 """The suite's habits that a reader relies on: every acceptance test listed in docs/testing.md says in
-its docstring how to see it fail, and every test that says so is listed there."""
+its docstring how to see it fail, every test that says so is listed there, and every mutant listed
+there (`make mutants`) still finds its text in its file."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ NOTE = re.compile(r"To see (it|them|these) fail")
 
 
 def listed() -> set[str]:
+    """The test files docs/testing.md names: in its mutants, and in its table of the others."""
+    from tests.mutants import listed as mutants
+
     table = (ROOT / "docs" / "testing.md").read_text()
-    return set(re.findall(r"^\| `(tests/[\w/]+\.py)` \|", table, flags=re.MULTILINE))
+    named = set(re.findall(r"^\| `(tests/[\w/]+\.py)` \|", table, flags=re.MULTILINE))
+    return named | {arg.split("::")[0] for m in mutants() for arg in m.test.split() if arg.startswith("tests/")}
 
 
 def docstrings(path: Path) -> list[str]:
@@ -35,3 +40,14 @@ def test_every_test_that_says_how_to_see_it_fail_is_listed():
     saying = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
               if any(NOTE.search(d) for d in docstrings(p))}
     assert saying - listed() == set(), "add them to the table in docs/testing.md"
+
+
+def test_every_mutant_finds_its_text_once():
+    from tests.mutants import listed as mutants
+
+    stale = []
+    for m in mutants():
+        count = (ROOT / m.file).read_text().count(m.replace)
+        if count != 1:
+            stale.append(f"{m.name}: found {count} times")
+    assert not stale, stale

@@ -1,0 +1,152 @@
+"""`make mutants`: every mutant docs/testing.md lists must make its test fail, 5 runs out of 5.
+
+    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--keep]
+
+docs/testing.md lists the mutants in one YAML block (after the line "```yaml mutants"): for each, the
+test to run (pytest node ids, space-separated), the file to change, the text to replace (it must
+occur exactly once: a mutant whose text is gone is stale, and fails the run), what replaces it, and
+what the failure says. Each mutant is applied to a scratch copy of the work tree with an install of
+its own (a virtual environment layered on this one's packages, whose `chordpub` is the copy's), so
+that the node and client processes a test starts run the mutant too. A mutant is caught when its test
+fails in every run; one passing run is enough to call it missed (the later runs are skipped). Prints
+one line per mutant, and exits 1 when any was missed or stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "testing.md"
+FENCE = "```yaml mutants"
+
+
+@dataclass
+class Mutant:
+    test: str
+    file: str
+    replace: str
+    with_: str
+    says: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.file}: {self.replace.strip()[:50]!r} -> {self.with_.strip()[:50]!r}"
+
+
+def listed(doc: Path = DOC) -> list[Mutant]:
+    """The mutants of docs/testing.md's YAML block."""
+    text = doc.read_text()
+    start = text.index(FENCE) + len(FENCE)
+    block = text[start:text.index("```", start)]
+    return [Mutant(m["test"], m["file"], m["replace"], m["with"], m["says"]) for m in yaml.safe_load(block)]
+
+
+def scratch_copy(into: Path) -> Path:
+    """The work tree as git sees it (tracked and new files, not what .gitignore hides), copied."""
+    tree = into / "tree"
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / name)
+    return tree
+
+
+def scratch_venv(tree: Path) -> Path:
+    """A virtual environment whose packages are this one's, but whose chordpub is `tree`'s."""
+    venv = tree / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "zz_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "__editable__.chordpub.pth").write_text(str(tree) + "\n")
+    script = venv / "bin" / "chordpub"
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom chordpub.entry import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return venv
+
+
+def apply(tree: Path, m: Mutant) -> str:
+    """Apply `m`; returns the file's text before (to restore it)."""
+    path = tree / m.file
+    before = path.read_text()
+    count = before.count(m.replace)
+    if count != 1:
+        raise LookupError(f"{m.file}: the text to replace occurs {count} times (stale mutant?)")
+    path.write_text(before.replace(m.replace, m.with_))
+    return before
+
+
+def run_test(tree: Path, venv: Path, m: Mutant, timeout: float) -> tuple[bool, float]:
+    """(whether the test failed, seconds)."""
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
+                               "--no-header", "-o", "addopts=", *m.test.split()], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        failed = proc.returncode != 0
+    except subprocess.TimeoutExpired:
+        failed = True  # a test that hangs under the mutant has not passed
+    return failed, time.monotonic() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="Runs of each mutant's test; every one must fail.")
+    ap.add_argument("--only", help="Only the mutants whose test, file or text contains this.")
+    ap.add_argument("--list", action="store_true", help="List the mutants and exit.")
+    ap.add_argument("--timeout", type=float, default=600.0, help="Seconds a run may take (then it counts as failed).")
+    args = ap.parse_args()
+    mutants = [m for m in listed() if not args.only or args.only in f"{m.test} {m.file} {m.replace} {m.with_}"]
+    if args.list:
+        for m in mutants:
+            print(f"{m.test}\n    {m.name}\n    says: {m.says}")
+        return
+    missed = 0
+    with tempfile.TemporaryDirectory(prefix="chordpub-mutants-") as tmp:
+        tree = scratch_copy(Path(tmp))
+        venv = scratch_venv(tree)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "dht", "pubsub", "chordpub"],
+                       cwd=tree, capture_output=True)
+        for i, m in enumerate(mutants, 1):
+            try:
+                before = apply(tree, m)
+            except LookupError as exc:
+                print(f"[{i}/{len(mutants)}] STALE  {m.name}: {exc}", flush=True)
+                missed += 1
+                continue
+            try:
+                times = []
+                for _ in range(args.runs):
+                    failed, seconds = run_test(tree, venv, m, args.timeout)
+                    times.append(seconds)
+                    if not failed:
+                        break
+                caught = failed and len(times) == args.runs
+            finally:
+                (tree / m.file).write_text(before)
+            verdict = "caught" if caught else f"MISSED (passed on run {len(times)})"
+            print(f"[{i}/{len(mutants)}] {verdict:8} {m.name}  [{m.test}]  {sum(times):.0f} s", flush=True)
+            missed += not caught
+    print(f"{len(mutants) - missed} of {len(mutants)} mutants caught in {args.runs} of {args.runs} runs")
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
