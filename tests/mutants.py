@@ -70,8 +70,9 @@ def scratch_venv(tree: Path) -> Path:
     """A virtual environment whose packages are this one's, but whose chordpub is `tree`'s."""
     venv = tree / ".venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True,
+                               check=True).stdout.strip())
     (site / "zz_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (site / "__editable__.chordpub.pth").write_text(str(tree) + "\n")
     script = venv / "bin" / "chordpub"
@@ -97,8 +98,8 @@ def run_test(tree: Path, venv: Path, m: Mutant, timeout: float) -> tuple[bool, f
     env.pop("PYTHONPATH", None)
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
-                               "--no-header", "-o", "addopts=", *m.test.split()], cwd=tree, env=env,
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-x", "-n", "0", "--no-header",
+                               "-p", "no:cacheprovider", "-o", "addopts=", *m.test.split()], cwd=tree, env=env,
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         failed = proc.returncode != 0
     except subprocess.TimeoutExpired:
