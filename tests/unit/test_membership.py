@@ -117,7 +117,7 @@ def test_a_member_found_in_our_ring_again_and_again_is_probed_less_often_until_i
             due.append(t)
             m.probed(target.endpoint, IN_RING, now=t)
         t += 1.0
-    gaps = [b - a for a, b in zip(due, due[1:])]
+    gaps = [b - a for a, b in zip(due, due[1:], strict=False)]
     assert gaps[:3] == [2.0, 4.0, 8.0] and set(gaps[3:]) == {8.0}, gaps
     m.probed(peer(2).endpoint, UNREACHABLE, now=t)
     assert m.probe_target(off_table, now=t + 1.0, every=1.0) is not None
