@@ -19,10 +19,12 @@ def check(principal: str = typer.Argument(..., help="A principal the policy name
           topic: str = typer.Argument(..., help="The topic."),
           acl: Path = typer.Option(..., "--acl", help="The policy file (TOML)."),
           op: str = typer.Option(None, "--op", help="Only this operation: publish or subscribe."),
-          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+          exit_code: bool = typer.Option(False, "--exit-code", help="Exit 1 when the answer to any operation "
+                                         "asked is 'may not' (as `git diff --exit-code`), for scripts.")) -> None:
     """Say whether PRINCIPAL may publish and subscribe TOPIC under the policy, and which rule decided
-    (deny wins; what no rule allows is denied). Exit 0 whatever the answer; 2 for a bad file, an
-    unknown principal or operation."""
+    (deny wins; what no rule allows is denied). Exit 0 whatever the answer (with --exit-code: 1 when
+    one is 'may not'); 2 for a bad file, an unknown principal or operation."""
     from dht.policy import OPS, Policy, PolicyError
 
     if op is not None and op not in OPS:
@@ -40,6 +42,8 @@ def check(principal: str = typer.Argument(..., help="A principal the policy name
     out["rule"] = decisions[op].rule if op else {o: d.rule for o, d in decisions.items()}
     if as_json:
         typer.echo(json.dumps(out))
-        return
-    for o, d in decisions.items():
-        typer.echo(f"{principal} may {'' if d.allowed else 'not '}{o} {topic!r}: {d.rule}")
+    else:
+        for o, d in decisions.items():
+            typer.echo(f"{principal} may {'' if d.allowed else 'not '}{o} {topic!r}: {d.rule}")
+    if exit_code and not all(d.allowed for d in decisions.values()):
+        raise typer.Exit(1)

@@ -89,7 +89,8 @@ def _hops_summary(hops: np.ndarray) -> dict:
 @sim_app.command("lookups")
 @clean_errors
 def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
-                lookups: int = typer.Option(..., min=1, help="Lookups of random keys from random nodes."),
+                lookups: int = typer.Option(None, min=1, help="Lookups of random keys from random nodes "
+                                            "(required)."),
                 bits: int = typer.Option(64, help="Id bits (at most 64 in the simulator)."),
                 virtual: int = typer.Option(1, help="Virtual nodes per real node."),
                 successors: int = typer.Option(8, min=1, help="Successor-list length r."),
@@ -118,6 +119,10 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     from sim.proximity import pns_fingers, stretch, stretch_summary
     from sim.ring import finger_table, random_ring
 
+    if nodes < 1:  # said before a missing --lookups: the value the user did give is the one that is wrong
+        raise ValueError(f"a ring needs at least one node, got --nodes {nodes}")
+    if lookups is None:
+        raise ValueError("--lookups is required: how many lookups to route")
     try:
         model = from_spec(topology, nodes, seed)
     except LatencyError as exc:

@@ -284,6 +284,13 @@ def _human_summary(o: dict) -> str:
         lat = s["latency_ms"]
         latency = "no latency (nothing received)" if lat["p50"] is None else (
             f"latency p50 {lat['p50']} ms p99 {lat['p99']} ms")
+        if s.get("group") is not None:  # a member's share of the topic: no "expected" to speak of
+            return (f"{s['topic']} (group {s['group']}): received {s['received']} as this member's share from "
+                    f"{plural(s['publishers'], 'publisher')}"
+                    + (f", {s['redelivered']} of them redelivered (a member died or did not ack in time)"
+                       if s.get("redelivered") else "")
+                    + f"; {s.get('acked', 0)} acked, {s.get('naked', 0)} naked, "
+                    f"{s.get('dead_lettered', 0)} dead-lettered; {latency}")
         return (f"{s['topic']}: received {s['received']} of {s['expected']} expected from "
                 f"{plural(s['publishers'], 'publisher')} ({s['recovered']} recovered), {s['lost']} lost, "
                 f"{plural(s['duplicates'], 'duplicate')}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -190,8 +191,10 @@ class Subscription:
         """The callback raised on `msg`: the application's bug, logged; the message goes to the
         dead-letter queue with its payload (a consumer group's is naked: sent again, and dead-lettered
         on its last delivery), and the next message is still delivered."""
-        log.error("callback of %s failed on seq %d of %s: %s: %s", self.topic, msg.seq, msg.publisher,
-                  type(exc).__name__, exc, exc_info=exc)
+        where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ is not None else []
+        log.error("callback of %s failed on seq %d of %s: %s: %s%s", self.topic, msg.seq, msg.publisher,
+                  type(exc).__name__, exc, f" (at {where[0].filename}:{where[0].lineno})" if where else "")
+        log.debug("the callback's traceback", exc_info=exc)  # one line a failure; the whole story at DEBUG
         if self.group is not None:
             msg.nak()
             return

@@ -68,6 +68,8 @@ def test_sim_paper_subset(tmp_path):
     (["lookups", "--nodes", "10", "--lookups", "5", "--bits", "65"], "bits"),
     (["lookups", "--nodes", "300", "--lookups", "5", "--bits", "8"], "do not fit"),
     (["lookups", "--nodes", "0", "--lookups", "5"], "at least one node"),
+    (["lookups", "--nodes", "-3"], "at least one node"),
+    (["lookups", "--nodes", "10"], "--lookups is required"),
     (["lookups", "--nodes", "10", "--lookups", "5", "--topology", "mesh"], "unknown topology"),
     (["failures", "--nodes", "10", "--keys", "10", "--fail", "1"], "fraction"),
     (["churn", "--rate", "0.1", "--stabilize", "0"], "stabilize"),

@@ -388,6 +388,8 @@ def test_sub_group_exec_acks_what_the_command_handles_and_dead_letters_what_it_f
     assert all(r["deliveries"] == 1 for r in rows if r["payload"].startswith("good"))
     assert sorted(base64_payload(d) for d in jsonl(dead)) == [b"bad 3", b"bad 7"]
     assert "exited 3" in err
+    # the exit summary speaks of this member's share, and of the redeliveries as such
+    assert "(group " in err and "as this member's share" in err and " expected from " not in err, err[-2000:]
 
 
 def base64_payload(letter: dict) -> bytes:

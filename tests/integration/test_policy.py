@@ -328,6 +328,11 @@ def test_bad_policies_and_principals_are_one_line_and_start_nothing(keys, acl, t
                                 "--json").stdout)
     assert one_op == {"principal": "alice", "topic": "news/eu/live", "publish": "allow",
                       "rule": 'alice.publish.allow "news/*/live"'}
+    # --exit-code: a script tests the answer by exit status
+    assert run_cli("acl", "check", "alice", "news/eu/live", "--acl", str(acl), "--op", "publish",
+                   "--exit-code").returncode == 0
+    denied = run_cli("acl", "check", "bob", "open/private", "--acl", str(acl), "--exit-code")
+    assert denied.returncode == 1 and "may not subscribe" in denied.stdout, denied
 
 
 def test_the_nodes_count_their_refusals(ring, keys):
