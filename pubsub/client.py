@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -35,13 +34,8 @@ from dht import wire
 from dht.address import resolve
 from dht.client import DhtError, contact
 from dht.transport import Reply, RpcServer
-from pubsub.archive import ArchiveFeed
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
-    GRP,
-    LEASE_HEARTBEATS,
-    PUB,
-    SUB,
     member_field,
     subscriber_field,
     topic_info,
@@ -52,13 +46,13 @@ from pubsub.dispatch import (
     DEFAULT_PREFETCH,
 )
 from pubsub.durable import DataDir, check_name
-from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
-from pubsub.group_client import expect_groups, join_group, settle_groups
-from pubsub.history import RetentionBounds
+from pubsub.envelope import DEFAULT_PRIORITY
+from pubsub.group_client import join_group, settle_groups
 from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
+from pubsub.publisher import Publisher, refuse
 from pubsub.publishing import PublishingSide, check_topic, literal_note
 from pubsub.registrar import Registrar
 from pubsub.registration import Registration, subscriber_value
@@ -66,16 +60,6 @@ from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import HELD_LIMIT, HISTORY_POLICIES, TopicState
 
 log = logging.getLogger(__name__)
-
-MAX_PAYLOAD_BYTES = 1_000_000  # an envelope stays under the 1 MiB every socket accepts
-
-
-def _refuse(waiting: Future, err: str) -> None:
-    """A policy refused a registration: whoever waits for it gets PermissionError (later, as after a
-    policy change, the registrar has logged it)."""
-    if not waiting.done():
-        waiting.set_exception(PermissionError(err))
-
 
 class Client:
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
@@ -141,7 +125,6 @@ class Client:
         self._curve = None
         self._closed = False
         self._lock = threading.Lock()
-        self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
         self._subscriptions: dict[str, Subscription] = {}
         self._dispatcher: Dispatcher | None = None
         self._callback_thread = callback_thread
@@ -167,6 +150,8 @@ class Client:
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id,
                              receive_hwm=receive_hwm)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
+            self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
+                                       heartbeat, timeout, self._check_open)
             contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
             if metrics_port is not None:
                 from dht.metrics import serve
@@ -190,7 +175,7 @@ class Client:
         return self._curve.setup
 
 
-    # -- publishing --------------------------------------------------------------------------------------
+    # -- publishing (pubsub/publisher.py) ---------------------------------------------------------------
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
                   mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
                   retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
@@ -202,83 +187,9 @@ class Client:
         beyond the history, within `retain_messages` (default 100000), `retain_seconds` (3600) and
         `retain_bytes` (64 MiB). Returns once the owner holds the registration."""
         self._check_open()
-        check_topic(topic)
-        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
-        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
-                                 defaults.seconds if retain_seconds is None else retain_seconds,
-                                 defaults.bytes if retain_bytes is None else retain_bytes)
-        pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
-        wait = self.timeout if timeout is None else timeout
-        with self._lock:
-            held = self.publishing.publications.get(topic)
-            if held is not None:
-                if ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
-                        != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
-                    raise ValueError(f"{topic!r} is already advertised with other terms "
-                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
-                ready = self._advertising.get(topic)
-            else:
-                self.publishing.add(pub)
-                ready = self._advertising[topic] = threading.Event()
-                held = None
-        if held is not None:  # another thread's advertise of it (or its first publish) may still be under way
-            if ready is not None:
-                self._await_advertised(topic, ready, wait)
-            return
-        try:
-            self._register(topic, pub, mode, archive, wait)
-        finally:
-            with self._lock:
-                self._advertising.pop(topic, None)
-            ready.set()
-
-    def _await_advertised(self, topic: str, ready: threading.Event, wait: float) -> None:
-        """Another thread is registering `topic`: sending before its subscribers are connected would
-        lose the messages, so wait for it (and fail as it failed)."""
-        if not ready.wait(wait) or topic not in self.publishing.publications:
-            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
-
-    def _register(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> None:
-        placed: Future = Future()
-        entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
-        reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
-                           relay_service="relay_in" if mode == "relay" else None,
-                           on_placed=lambda r: placed.set_result((r.counted, r.fields or {})),
-                           read=GRP if mode == "direct" else None,
-                           on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
-                           on_refused=lambda _r, err: _refuse(placed, err),
-                           count=f"{SUB}{mode}/")
-        self.registrar.call(lambda: self.registrar.register(reg))
-        if archive:
-            feed = ArchiveFeed(pub, self.publishing.lock)
-            self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
-        deadline = time.monotonic() + wait
-        try:
-            subscribers, fields = placed.result(wait)
-        except FutureTimeout:
-            self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
-            self.publishing.remove(topic)
-            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
-        except PermissionError:
-            self.publishing.remove(topic)
-            raise
-        if mode == "direct":
-            expect_groups(self, topic, fields)
-        self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
-                            min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
-
-    def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
-        """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
-        up to a lease (a subscriber that died keeps its registration that long); one that has not
-        connected by then may miss the first messages, and the log says so."""
-        t0 = time.monotonic()
-        while subscribers and self.publishing.in_place(topic) < subscribers:
-            if time.monotonic() >= deadline:
-                log.warning("%s: %d of the %d subscribers the owner knows connected within %.1f s; the others "
-                            "(dead, or slow to hear of us) may miss the first messages unless they are reliable",
-                            topic, self.publishing.in_place(topic), subscribers, time.monotonic() - t0)
-                return
-            time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
+        self.publisher.advertise(topic, history=history, reliable=reliable, strength=strength, mode=mode,
+                                 retain_messages=retain_messages, retain_seconds=retain_seconds,
+                                 retain_bytes=retain_bytes, archive=archive, timeout=timeout)
 
     def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
                 priority: int = DEFAULT_PRIORITY) -> int:
@@ -286,15 +197,7 @@ class Client:
         returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
         to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
         messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
-        if key is not None or type(priority) is not int or priority != DEFAULT_PRIORITY:
-            self._check_terms(key, priority)
-        if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
-            payload = self._checked_payload(payload)
-        if topic not in self.publishing.publications:
-            self.advertise(topic)
-        elif (ready := self._advertising.get(topic)) is not None:
-            self._await_advertised(topic, ready, self.timeout)
-        return self.publishing.publish(topic, payload, key, priority).seq
+        return self.publisher.publish(topic, payload, key=key, priority=priority)
 
     def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:
@@ -302,32 +205,7 @@ class Client:
         messages, numbered one after another, at a fraction of the cost per message. Every payload is
         checked before any is sent (a bad one raises and nothing is published); returns the last
         sequence number (0 for no payloads)."""
-        batch = [self._checked_payload(p) for p in payloads]
-        self._check_terms(key, priority)
-        if not batch:
-            return 0
-        if topic not in self.publishing.publications:
-            self.advertise(topic)
-        elif (ready := self._advertising.get(topic)) is not None:
-            self._await_advertised(topic, ready, self.timeout)
-        return self.publishing.publish_many(topic, batch, key, priority)
-
-    @staticmethod
-    def _checked_payload(payload: bytes | str) -> bytes:
-        if isinstance(payload, str):
-            payload = payload.encode("utf-8")
-        elif not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
-        return bytes(payload)
-
-    @staticmethod
-    def _check_terms(key: str | None, priority: int) -> None:
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS):
-            raise ValueError(f"a key is 1..{MAX_KEY_CHARS} characters of text, got {key!r}")
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
-            raise ValueError(f"priority is an integer in 0..9, got {priority!r}")
+        return self.publisher.publish_many(topic, payloads, key=key, priority=priority)
 
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
@@ -420,7 +298,7 @@ class Client:
                            relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
                            on_publishers=lambda r: self._publishers_changed(topic, r, owed),
                            on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)),
-                           on_refused=lambda _r, err: _refuse(ready, err),
+                           on_refused=lambda _r, err: refuse(ready, err),
                            archive_read=history > 0 or reliable, mode=mode)
         self.registrar.call(lambda: self.registrar.register(reg))
         if threading.current_thread() is self.io.thread:

@@ -2,7 +2,7 @@
 joining a group (the Client's `subscribe(topic, group=...)`), the groups a new publication owes its
 messages to, and what a closing publisher's groups still lack. The work itself is pubsub/groups.py's
 (the publisher) and pubsub/member.py's and member_links.py's (the member); this module wires them
-to the Client's threads.
+to the Client's threads, which it knows only as a `GroupHost` (it never imports the Client).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from dht.client import DhtError
 from pubsub.delivery import Dispatcher, Subscription
@@ -23,13 +23,30 @@ from pubsub.member import GroupMembership
 from pubsub.message import Message
 from pubsub.registration import Registration
 
-if TYPE_CHECKING:
-    from pubsub.client import Client
+
+class GroupHost(Protocol):
+    """What group membership uses of its client (pubsub/client.py's Client holds it; named here so that
+    neither module imports the other)."""
+
+    id: str
+    via: str
+    timeout: float
+    io: Any  # pubsub/io_loop.py IoLoop: its `members` are this client's group memberships
+    registrar: Any  # pubsub/registrar.py Registrar
+    publishing: Any  # pubsub/publishing.py PublishingSide: its `groups` are what this client dispatches
+    _lock: threading.Lock  # guards `_subscriptions` and `_dispatcher`
+    _subscriptions: dict[str, Subscription]
+    _dispatcher: Dispatcher | None  # the callback thread, made on first need
+
+    def unsubscribe(self, topic: str) -> None: ...
+
+    def _dead_letter(self, letter: Any) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
 
-def join_group(client: Client, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
+def join_group(client: GroupHost, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
                timeout: float | None, pending_limit: int, durable: object, history: int, reliable: bool,
                prefetch: int, ack_wait: float, max_deliver: int, ordering: str, auto_ack: bool) -> Subscription:
     check_group(group)
@@ -90,7 +107,7 @@ def _refused(waiting: Future, err: str) -> None:
         waiting.set_exception(PermissionError(err))
 
 
-def expect_groups(client: Client, topic: str, fields: dict) -> None:
+def expect_groups(publishing: Any, topic: str, fields: dict) -> None:  # a pubsub/publishing.py PublishingSide
     """The consumer groups the topic's record lists (its "grp/" fields, read when the publication was
     placed) are owed our messages from the first one on, before their members have joined us (they do
     as soon as they hear of us)."""
@@ -103,11 +120,11 @@ def expect_groups(client: Client, topic: str, fields: dict) -> None:
         except (TypeError, ValueError) as exc:
             log.warning("%s: ignoring group %r of the record: %s", topic, group, exc)
             continue
-        with client.publishing.lock:
-            client.publishing.groups.expect(topic, group, expected)
+        with publishing.lock:
+            publishing.groups.expect(topic, group, expected)
 
 
-def settle_groups(client: Client, wait: float) -> None:
+def settle_groups(client: GroupHost, wait: float) -> None:
     """Give the consumer groups with members the moment to take what they are owed (up to `wait`);
     what a group that is not durable still lacks then is dead-lettered here, as a range."""
     groups = client.publishing.groups

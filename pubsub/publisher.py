@@ -1,0 +1,191 @@
+"""A client's publications, from advertising to each message sent: one room for a publication's life.
+
+`advertise` registers the publication with its topic's owner (pubsub/registrar.py) and waits, within a
+lease, until the subscribers the owner knows of have their filters on our PUB socket (the slow-joiner
+effect: a message sent before a subscriber's filter arrives is lost to it); `publish` advertises a
+topic on first use, waits for another thread's advertising of it, and sends (pubsub/publishing.py, the
+sockets). The Client (pubsub/client.py) holds one `Publisher` and hands its calls here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from dht.client import DhtError
+from pubsub.archive import ArchiveFeed
+from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB
+from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
+from pubsub.group_client import expect_groups
+from pubsub.history import RetentionBounds
+from pubsub.publication import Publication, check_mode
+from pubsub.publishing import PublishingSide, check_topic
+from pubsub.registrar import Registrar
+from pubsub.registration import Registration
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 1_000_000  # an envelope stays under the 1 MiB every socket accepts
+
+
+def refuse(waiting: Future, err: str) -> None:
+    """A policy refused a registration: whoever waits for it gets PermissionError (later, as after a
+    policy change, the registrar has logged it)."""
+    if not waiting.done():
+        waiting.set_exception(PermissionError(err))
+
+
+class Publisher:
+    """The publications of one client (`id`), through its publishing side and its registrar."""
+
+    def __init__(self, publishing: PublishingSide, registrar: Registrar, client_id: str, service_endpoint: str,
+                 via: str, heartbeat: float, timeout: float, check_open: Callable[[], None]) -> None:
+        """`check_open` raises when the client is closed (then nothing more is advertised)."""
+        self.publishing, self.registrar = publishing, registrar
+        self._check_open = check_open
+        self.id, self.service_endpoint, self.via = client_id, service_endpoint, via
+        self.heartbeat, self.timeout = heartbeat, timeout
+        self._lock = threading.Lock()
+        self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
+
+    def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
+                  mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
+                  retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
+        """Register as a publisher of `topic` with its owner (optional: the first `publish` on a topic
+        advertises it with the defaults). `history`: messages kept for late joiners and repair (1000
+        when `reliable` and not given); `strength`: the topic becomes exclusive and subscribers take
+        only the strongest publisher; `mode`: direct (subscribers connect to us) or relay (through the
+        topic owner's relay). Messages that durable subscribers have not acknowledged are retained
+        beyond the history, within `retain_messages` (default 100000), `retain_seconds` (3600) and
+        `retain_bytes` (64 MiB). Returns once the owner holds the registration."""
+        self._check_open()
+        check_topic(topic)
+        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
+        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
+                                 defaults.seconds if retain_seconds is None else retain_seconds,
+                                 defaults.bytes if retain_bytes is None else retain_bytes)
+        pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
+        wait = self.timeout if timeout is None else timeout
+        with self._lock:
+            held = self.publishing.publications.get(topic)
+            if held is not None:
+                if ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
+                        != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
+                    raise ValueError(f"{topic!r} is already advertised with other terms "
+                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
+                ready = self._advertising.get(topic)
+            else:
+                self.publishing.add(pub)
+                ready = self._advertising[topic] = threading.Event()
+                held = None
+        if held is not None:  # another thread's advertise of it (or its first publish) may still be under way
+            if ready is not None:
+                self._await_advertised(topic, ready, wait)
+            return
+        try:
+            self._register(topic, pub, mode, archive, wait)
+        finally:
+            with self._lock:
+                self._advertising.pop(topic, None)
+            ready.set()
+
+    def _await_advertised(self, topic: str, ready: threading.Event, wait: float) -> None:
+        """Another thread is registering `topic`: sending before its subscribers are connected would
+        lose the messages, so wait for it (and fail as it failed)."""
+        if not ready.wait(wait) or topic not in self.publishing.publications:
+            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
+
+    def _register(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> None:
+        placed: Future = Future()
+        entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
+        reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
+                           relay_service="relay_in" if mode == "relay" else None,
+                           on_placed=lambda r: placed.set_result((r.counted, r.fields or {})),
+                           read=GRP if mode == "direct" else None,
+                           on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
+                           on_refused=lambda _r, err: refuse(placed, err),
+                           count=f"{SUB}{mode}/")
+        self.registrar.call(lambda: self.registrar.register(reg))
+        if archive:
+            feed = ArchiveFeed(pub, self.publishing.lock)
+            self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
+        deadline = time.monotonic() + wait
+        try:
+            subscribers, fields = placed.result(wait)
+        except FutureTimeout:
+            self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
+            self.publishing.remove(topic)
+            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
+        except PermissionError:
+            self.publishing.remove(topic)
+            raise
+        if mode == "direct":
+            expect_groups(self.publishing, topic, fields)
+        self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
+                            min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
+
+    def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
+        """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
+        up to a lease (a subscriber that died keeps its registration that long); one that has not
+        connected by then may miss the first messages, and the log says so."""
+        t0 = time.monotonic()
+        while subscribers and self.publishing.in_place(topic) < subscribers:
+            if time.monotonic() >= deadline:
+                log.warning("%s: %d of the %d subscribers the owner knows connected within %.1f s; the others "
+                            "(dead, or slow to hear of us) may miss the first messages unless they are reliable",
+                            topic, self.publishing.in_place(topic), subscribers, time.monotonic() - t0)
+                return
+            time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
+
+    def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
+                priority: int = DEFAULT_PRIORITY) -> int:
+        """Send one message on `topic` to its subscribers (and to one member of each consumer group);
+        returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
+        to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
+        messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
+        if key is not None or type(priority) is not int or priority != DEFAULT_PRIORITY:
+            self._check_terms(key, priority)
+        if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
+            payload = self._checked_payload(payload)
+        if topic not in self.publishing.publications:
+            self.advertise(topic)
+        elif (ready := self._advertising.get(topic)) is not None:
+            self._await_advertised(topic, ready, self.timeout)
+        return self.publishing.publish(topic, payload, key, priority).seq
+
+    def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
+                     priority: int = DEFAULT_PRIORITY) -> int:
+        """`publish` each payload in order, for an application that has several at hand: the same
+        messages, numbered one after another, at a fraction of the cost per message. Every payload is
+        checked before any is sent (a bad one raises and nothing is published); returns the last
+        sequence number (0 for no payloads)."""
+        batch = [self._checked_payload(p) for p in payloads]
+        self._check_terms(key, priority)
+        if not batch:
+            return 0
+        if topic not in self.publishing.publications:
+            self.advertise(topic)
+        elif (ready := self._advertising.get(topic)) is not None:
+            self._await_advertised(topic, ready, self.timeout)
+        return self.publishing.publish_many(topic, batch, key, priority)
+
+    @staticmethod
+    def _checked_payload(payload: bytes | str) -> bytes:
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8")
+        elif not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"a payload is at most {MAX_PAYLOAD_BYTES} bytes, got {len(payload)}")
+        return bytes(payload)
+
+    @staticmethod
+    def _check_terms(key: str | None, priority: int) -> None:
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS):
+            raise ValueError(f"a key is 1..{MAX_KEY_CHARS} characters of text, got {key!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise ValueError(f"priority is an integer in 0..9, got {priority!r}")
