@@ -2,7 +2,7 @@
 holds one position or several (virtual nodes: `pytest --vnodes V`, `node start --vnodes V`).
 
 A key's copies are on its owner position and on the first position of each of the next replicas-1
-other processes clockwise (dht/maintenance.py `replica_targets`); with one position a process that is
+other processes clockwise (dht/replication.py `replica_targets`); with one position a process that is
 the owner and its first replicas-1 successors."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - A process that leaves gracefully takes every one of its positions out, their keys handed over.
 - `ring check`, `ring watch`, `node info` and the metrics show the positions and the processes.
 
-To see it fail: make `replica_targets` in dht/maintenance.py return `successors[:count]` (copies on the
+To see it fail: make `replica_targets` in dht/replication.py return `successors[:count]` (copies on the
 owner's own process's positions): the two killed processes take keys with them ("keys owned 99.. of
 10000"); make `ChordHost._handle` ignore `at` (every request to position 0): the ring never becomes
 consistent.
