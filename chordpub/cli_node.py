@@ -94,7 +94,7 @@ def node_start(
 ) -> None:
     """Run a discovery node in the foreground until SIGINT/SIGTERM, then leave the ring gracefully."""
     from dht.host import ChordHost
-    from dht.node import NodeConfig, seed_list
+    from dht.node_config import NodeConfig, seed_list
 
     check_vnodes(vnodes)
     check_source(source)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import msgpack
 import zmq
 
-from dht.transport import principal_of
+from dht.rpc_server import principal_of
 
 log = logging.getLogger(__name__)
 

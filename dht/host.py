@@ -33,12 +33,14 @@ from dht.gate import Denials
 from dht.ids import position_endpoint
 from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
-from dht.node import ChordNode, NodeConfig, Shared
+from dht.node import ChordNode, Shared
+from dht.node_config import NodeConfig
 from dht.notifier import Notifier
 from dht.policy import PolicyFile
 from dht.prober import HINTS, PROBE_PERIODS
 from dht.proximity import RoundTrips
-from dht.transport import Refused, RpcClient, RpcServer, SocketSetup
+from dht.rpc_server import RpcServer
+from dht.transport import Refused, RpcClient, SocketSetup
 
 log = logging.getLogger(__name__)
 

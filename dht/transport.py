@@ -1,4 +1,5 @@
-"""ZeroMQ request/reply for the ring: a ROUTER server and a ROUTER client.
+"""ZeroMQ request/reply for the ring: the ROUTER client, and what both sides share (the server, a ROUTER
+too, is dht/rpc_server.py).
 
 The client reaches every peer through one ROUTER socket and follows the zguide's Lazy Pirate
 pattern: a per-request timeout, and on timeout the peer's connection is dropped and reopened
@@ -14,7 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,32 +54,6 @@ class Reply:
         return self.body.get(key, default)
 
 
-class RejectLog:
-    """Counts rejected input and logs it at most once per `every` seconds: a flood of garbage
-    must neither fill the log nor cost more than a counter."""
-
-    def __init__(self, what: str, every: float = 5.0) -> None:
-        self.what, self.every = what, every
-        self.count = 0
-        self._last = float("-inf")
-
-    def __call__(self, reason: str) -> None:
-        self.count += 1
-        now = time.monotonic()
-        if now - self._last >= self.every:
-            log.warning("rejected %s (%d so far): %s", self.what, self.count, reason)
-            self._last = now
-
-
-def principal_of(frame: zmq.Frame) -> str | None:
-    """Who sent a message, as the ZAP handler named its key (dht/curve.py), or None."""
-    try:
-        user = frame.get("User-Id")
-    except zmq.ZMQError:  # no such property: not authenticated by ZAP
-        return None
-    return user or None
-
-
 def rebind_port(sock: zmq.Socket, host: str, port: int, timeout: float = 5.0) -> int:
     """Bind a new socket to the port a closed one held: libzmq lets go of it a moment after close, so
     an address in use is tried again (every 10 ms, up to `timeout`)."""
@@ -102,153 +76,9 @@ def bind_port(sock: zmq.Socket, host: str, port: int = 0) -> int:
     return port
 
 
-def _base_options(sock: zmq.Socket) -> None:
+def base_options(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
-
-
-class RpcServer:
-    """A ROUTER socket that answers each request with `handler(request) -> reply fields`.
-
-    Malformed input gets an error reply when the sender can be addressed and never escapes
-    the loop; a handler bug becomes an "internal error" reply and a log line.
-    """
-
-    def __init__(self, host: str, port: int, handler: Callable[[dict], dict],
-                 setup: SocketSetup | None = None, context: zmq.Context | None = None,
-                 schemas: wire.Schemas | None = None, advertise: str | None = None,
-                 advertise_port: int | None = None) -> None:
-        """Bind on host:port (port 0: a free one); `endpoint` is what others are told: advertise (default
-        host) and advertise_port (default the bound port) — see dht/address.py."""
-        self.context = context or zmq.Context.instance()
-        self.handler = handler
-        self.schemas = schemas
-        self.socket = self.context.socket(zmq.ROUTER)
-        _base_options(self.socket)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        if setup is not None:
-            setup(self.socket, True)
-        self.port = bind_port(self.socket, host, port)
-        self.identify = setup is not None  # CurveZMQ: each request names its sender (principal_of)
-        self.host = advertise or host
-        self.endpoint = f"{self.host}:{advertise_port or self.port}"
-        self.reject_log = RejectLog("malformed request")
-        self.bytes_sent = 0  # replies, for the node's traffic figures
-        self.bytes_received = 0  # requests
-        self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
-        self._waiting = False  # serve() is waiting for a request
-        self._wake_address = f"inproc://rpc-wake-{id(self)}"
-        # told (position, request bytes, reply bytes) of each request answered: a process holding
-        # several ring positions counts each one's traffic (dht/host.py)
-        self.tally: Callable[[int, int, int], None] | None = None
-
-    def serve(self, stop: threading.Event, poll_ms: int = 2000) -> None:
-        """Serve until `stop` is set and `wake()` is called (or `poll_ms` has passed). Runs in the caller's
-        thread; the socket stays in it. An idle server sleeps: no timer wakes it."""
-        wake = self.context.socket(zmq.PULL)
-        wake.setsockopt(zmq.LINGER, 0)
-        wake.bind(self._wake_address)
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(wake, zmq.POLLIN)
-        try:
-            while not stop.is_set():
-                self._waiting = True
-                ready = dict(poller.poll(poll_ms))
-                self._waiting = False
-                if wake in ready:
-                    wake.recv(zmq.NOBLOCK)
-                if self.socket not in ready:
-                    self.caught_up_at = time.time()
-                    continue
-                try:
-                    frames, principal = self.receive(zmq.NOBLOCK)
-                except zmq.Again:
-                    continue
-                reply = self.handle_frames(frames, principal)
-                if reply is not None:
-                    try:
-                        self.socket.send_multipart(reply, zmq.NOBLOCK)
-                        self.bytes_sent += len(reply[-1])
-                    except zmq.ZMQError as exc:  # peer gone: drop the reply
-                        log.debug("reply not sent: %s", exc)
-                if not self.socket.poll(0):
-                    self.caught_up_at = time.time()
-        finally:
-            wake.close(linger=0)
-
-    def wake(self) -> None:
-        """Make `serve` look at its stop event now (from any thread)."""
-        sock = self.context.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 100)
-        try:
-            sock.connect(self._wake_address)
-            sock.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # no server waiting: nothing to wake
-        finally:
-            sock.close()
-
-    def caught_up(self) -> float:
-        """The last moment nothing was waiting to be served: now, while the server waits for a request."""
-        return time.time() if self._waiting else self.caught_up_at
-
-    def close(self) -> None:
-        self.socket.close(linger=0)
-
-    @property
-    def rejects(self) -> int:
-        return self.reject_log.count
-
-    def receive(self, flags: int = 0) -> tuple[list[bytes], str | None]:
-        """One request's frames, and its sender's principal when CurveZMQ named it (else None)."""
-        if not self.identify:
-            frames = self.socket.recv_multipart(flags)
-            self.bytes_received += len(frames[-1])
-            return frames, None
-        parts = self.socket.recv_multipart(flags, copy=False)
-        frames = [f.bytes for f in parts]
-        self.bytes_received += len(frames[-1])
-        return frames, principal_of(parts[-1])
-
-    def handle_frames(self, frames: list[bytes], principal: str | None = None) -> list[bytes] | None:
-        """Frames from the ROUTER -> frames to send back (or None to drop). The handler finds the
-        sender's principal (None without CurveZMQ) in the request's "principal"."""
-        if len(frames) < 2:
-            return None  # no routing identity: nothing can be answered
-        ident, rest = frames[0], frames[1:]
-        envelope = [ident]
-        if len(rest) == 2 and rest[0] == b"":
-            envelope.append(b"")  # REQ-style envelope
-            rest = rest[1:]
-        if len(rest) != 1:
-            return envelope + [self._reject(None, f"expected one body frame, got {len(rest)}")]
-        rid: int | None = None
-        try:
-            request = wire.decode_request(rest[0], self.schemas)
-            rid = request["id"]
-            request["principal"] = principal
-            result = self.handler(request)
-            reply = wire.encode_reply(rid, **result)
-            if self.tally is not None:
-                self.tally(request.get(wire.AT, 0), len(rest[0]), len(reply))
-            return envelope + [reply]
-        except wire.WireError as exc:
-            if rid is None:
-                try:
-                    rid = wire.request_id(wire.decode_map(rest[0]))
-                except wire.WireError:
-                    rid = None
-            return envelope + [self._reject(rid, str(exc))]
-        except Refused as exc:
-            return envelope + [wire.encode_error(rid, str(exc))]
-        except Exception:
-            log.exception("handler failed on op %r", rest[0][:64])
-            return envelope + [wire.encode_error(rid, "internal error")]
-
-    def _reject(self, rid: int | None, err: str) -> bytes:
-        self.reject_log(err)
-        return wire.encode_error(rid, err)
 
 
 class RpcClient:
@@ -281,7 +111,7 @@ class RpcClient:
         self.retries = retries
         self.max_peers = max_peers
         self.socket = self.context.socket(zmq.ROUTER)
-        _base_options(self.socket)
+        base_options(self.socket)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # a connect whose SYN was lost (a partition) is retried after this, not after the kernel's
         # exponential SYN back-off (up to minutes), so a healed link is used within a second or two

@@ -33,7 +33,8 @@ import zmq
 from dht import wire
 from dht.address import resolve
 from dht.client import DhtError, contact
-from dht.transport import Reply, RpcServer
+from dht.rpc_server import RpcServer
+from dht.transport import Reply
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
     member_field,

@@ -29,7 +29,8 @@ from concurrent.futures import Future
 import zmq
 
 from dht import wire
-from dht.transport import RejectLog, Reply, RpcClient, RpcServer, SocketSetup
+from dht.rpc_server import RejectLog, RpcServer
+from dht.transport import Reply, RpcClient, SocketSetup
 from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry

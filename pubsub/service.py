@@ -15,7 +15,8 @@ import logging
 import zmq
 
 from dht import wire
-from dht.transport import Refused, RpcServer
+from dht.rpc_server import RpcServer
+from dht.transport import Refused
 from pubsub.dispatch import MAX_PREFETCH, MAX_SEQS, ORDERINGS, GroupTerms, check_group
 from pubsub.envelope import MAX_TOPIC_CHARS
 from pubsub.publishing import PublishingSide

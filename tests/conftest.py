@@ -148,7 +148,7 @@ class ClientParts:
     def __init__(self) -> None:
         import zmq
 
-        from dht.transport import RpcServer
+        from dht.rpc_server import RpcServer
         from pubsub.io_loop import IoLoop
         from pubsub.publishing import PublishingSide
         from pubsub.registrar import Registrar

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from dht import wire
 from dht.host import ChordHost
-from dht.node import NodeConfig
+from dht.node_config import NodeConfig
 from pubsub.delivery import Subscription
 from pubsub.directory import PUB, PublisherEntry
 from pubsub.dispatch import GroupTerms

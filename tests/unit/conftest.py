@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dht.host import ChordHost
-from dht.node import NodeConfig
+from dht.node_config import NodeConfig
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from dht.membership import (
     Members,
     probe_outcome,
 )
-from dht.node import seed_list
+from dht.node_config import seed_list
 from dht.routing import Peer
 
 ME = "10.0.0.1:5555"

@@ -9,7 +9,7 @@ from dht import wire
 from dht.host import ChordHost
 from dht.ids import MAX_VNODES, key_id, node_id, position_endpoint, position_id, position_of, process_of
 from dht.load import by_process, report
-from dht.node import NodeConfig
+from dht.node_config import NodeConfig
 from dht.replication import replica_targets
 from dht.ringcheck import evaluate
 from dht.ringview import Row

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from dht import wire
 from dht.routing import Peer
+from dht.rpc_server import RpcServer
 from dht.store import Store
-from dht.transport import RpcServer
 
 
 def test_request_round_trip_with_a_128_bit_id():
