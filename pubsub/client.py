@@ -17,6 +17,10 @@ threads: the io loop (pubsub/io_loop.py: receives, serves, and runs callbacks; n
 peer) and the registrar (pubsub/registrar.py: the ring, one request per owner node per heartbeat);
 a third runs callbacks instead when `callback_thread=True` (pubsub/delivery.py). `publish()` runs
 on the caller's thread.
+
+Long because it is the documented Python API: a third of it is the docstrings users read
+(`help(Client)`); what each call does is in the modules it hands to (publisher, group_client,
+registrar, io_loop).
 """
 
 from __future__ import annotations

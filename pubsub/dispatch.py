@@ -26,6 +26,10 @@ second member only after the first failed it, timed out or was lost, and then it
   flight stays with that member until they are acked or taken back (`_pinned`), so its order holds
   across the move. Messages of a key wait behind the key's earlier ones; other keys go on (no
   group-wide pause).
+
+Long because one group's state at one publisher is one invariant (each message with exactly one
+member, or waiting, or dead-lettered): credit, keys, priorities and redelivery all move the same
+in-flight sets, and split apart they would each need the others' internals.
 """
 
 from __future__ import annotations

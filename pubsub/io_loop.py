@@ -14,6 +14,10 @@ All per-topic logic is pubsub/subscription.py's; this module moves bytes and car
 
 Subscribing is confirmed by probes (pubsub/confirm.py): `subscribe()` returns once every publisher
 known at that moment holds our filter.
+
+Long because it is the one thread that owns the client's receiving and serving sockets: every
+handler of what arrives on them lives here, and the per-topic logic is already elsewhere
+(pubsub/subscription.py, pubsub/member_links.py).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ more of its start than the time one read takes. A publisher the record no longer
 *departed*: its messages still in flight are delivered until the loop `forget`s it a lease later
 (its unregistration travels owner -> events -> us and can overtake its last messages; and a
 registration that expired at an owner too busy to read its renewals comes back).
+
+Long because the three delivery modes share one stream per publisher: history, reliable repair
+and strength each decide on the same sequence numbers, and apart they would disagree.
 """
 
 from __future__ import annotations

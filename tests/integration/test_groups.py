@@ -8,6 +8,9 @@ prefetch (`m.free > -1`): a slow member then holds more than its prefetch; make 
 keep what the member held (return before `_take_back`): a killed member's messages come back only
 after ack_wait, and the test's two heartbeats are exceeded; make `GroupDispatch.target` ignore
 `_pinned`: a key's messages overtake each other when members change.
+
+Long because the groups' acceptance tests share one ring and one set of worker helpers; each
+test is short.
 """
 
 from __future__ import annotations

@@ -51,3 +51,53 @@ def test_every_mutant_finds_its_text_once():
         if count != 1:
             stale.append(f"{m.name}: found {count} times")
     assert not stale, stale
+
+
+PACKAGES = ("dht", "pubsub", "sim", "topologies", "traces", "chordpub", "tests", "benchmarks", "examples")
+LONG = 420  # "no file past ~400 lines without a reason written at its top"
+
+
+def test_a_long_file_says_why_at_its_top():
+    long = []
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            text = path.read_text()
+            if "v1" in path.parts or text.count("\n") <= LONG:  # v1/: stubs generated from the .proto
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "Long because" not in doc:
+                long.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not long, f"split these by job, or say why they are long ('Long because ...') at their top: {long}"
+
+
+def test_no_import_cycles():
+    """Every import among the project's modules, TYPE_CHECKING ones too: a directed graph without cycles."""
+    project = {"dht", "pubsub", "sim", "topologies", "traces", "chordpub"}
+    graph: dict[str, set[str]] = {}
+    for pkg in project:
+        for path in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            deps = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in project:
+                    deps |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+                elif isinstance(node, ast.Import):
+                    deps |= {a.name for a in node.names if a.name.split(".")[0] in project}
+            graph[name] = deps
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    done: set[str] = set()
+
+    def cycle_from(m: str, path: list[str]) -> list[str] | None:
+        if m in path:
+            return path[path.index(m):] + [m]
+        if m in done:
+            return None
+        for d in sorted(graph[m]):
+            found = cycle_from(d, [*path, m])
+            if found:
+                return found
+        done.add(m)
+        return None
+
+    cycles = [c for m in sorted(graph) if (c := cycle_from(m, []))]
+    assert not cycles, f"import cycle: {' -> '.join(cycles[0])}"
