@@ -1,0 +1,140 @@
+"""How long a `chordpub` command takes to start, as a ratio to the bare interpreter measured in the same run.
+
+    python benchmarks/startup.py [--runs 10] [--json] [--importtime]
+
+Each figure is the median of --runs wall times on this machine: `python -c pass` (the baseline),
+`python -c "import zmq, msgpack, typer"` (what every node and client needs at least), `chordpub
+--version`, `--help` of the whole command and of its busiest subcommands, and, for a node (`chordpub
+node start --port 0`) and a client (`chordpub sub --via NODE --topic t`), the time from exec to the
+process's first listening TCP socket (read from /proc, polled every millisecond). The goals: --version
+within 0.05 s, every --help and a first socket within 0.10 s, on a machine where the bare interpreter
+starts in 0.017 s (so 2.9x and 5.9x the bare interpreter). --importtime prints what a node's start
+still imports, largest first (`python -X importtime`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chordpub.launcher import LocalRing  # noqa: E402
+
+PY = sys.executable
+COMMANDS = {
+    "python -c pass": [PY, "-c", "pass"],
+    "import zmq, msgpack, typer": [PY, "-c", "import zmq, msgpack, typer"],
+    "chordpub --version": [PY, "-m", "chordpub", "--version"],
+    "chordpub --help": [PY, "-m", "chordpub", "--help"],
+    "chordpub node start --help": [PY, "-m", "chordpub", "node", "start", "--help"],
+    "chordpub sub --help": [PY, "-m", "chordpub", "sub", "--help"],
+    "chordpub pub --help": [PY, "-m", "chordpub", "pub", "--help"],
+    "chordpub sim lookups --help": [PY, "-m", "chordpub", "sim", "lookups", "--help"],
+}
+GOALS = {"chordpub --version": 0.05}  # seconds where the bare interpreter takes 0.017 s; 0.10 for the rest
+REFERENCE_BARE = 0.017
+
+
+def timed(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, stdin=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def listening_inodes() -> set[str]:
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":  # LISTEN
+                out.add(fields[9])
+    return out
+
+
+def first_socket(cmd: list[str], timeout: float = 10.0) -> float:
+    """Seconds from exec to the process's first listening TCP socket."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        fds = Path(f"/proc/{proc.pid}/fd")
+        while time.perf_counter() - t0 < timeout:
+            try:
+                mine = {os.readlink(f)[8:-1] for f in fds.iterdir() if os.readlink(f).startswith("socket:")}
+            except (FileNotFoundError, ProcessLookupError):
+                mine = set()
+            if mine & listening_inodes():
+                return time.perf_counter() - t0
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited with status {proc.returncode} before listening")
+            time.sleep(0.001)  # polling /proc: the interval bounds the error of the figure
+        raise TimeoutError(f"{cmd} did not listen within {timeout:g}s")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def median(fn, runs: int) -> float:  # noqa: ANN001 - a callable of no arguments
+    return statistics.median(fn() for _ in range(runs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=10, help="Wall times per figure; the median is given.")
+    ap.add_argument("--json", action="store_true", help="Print one JSON object.")
+    ap.add_argument("--importtime", action="store_true", help="Also list what a node's start imports, by cost.")
+    args = ap.parse_args()
+    rows = {}
+    for name, cmd in COMMANDS.items():
+        timed(cmd)  # warm the page cache
+        rows[name] = median(lambda cmd=cmd: timed(cmd), args.runs)
+    with tempfile.TemporaryDirectory(prefix="chordpub-startup-") as tmp, LocalRing(Path(tmp) / "ring") as ring:
+        ring.start(1)
+        via = ring.nodes[0].endpoint
+        rows["node start: first socket"] = median(lambda: first_socket(
+            [PY, "-m", "chordpub", "node", "start", "--port", "0", "--log-level", "ERROR"]), args.runs)
+        rows["sub: first socket"] = median(lambda: first_socket(
+            [PY, "-m", "chordpub", "sub", "--via", via, "--topic", "t", "--quiet"]), args.runs)
+    bare = rows["python -c pass"]
+    out = {name: {"s": round(s, 4), "ratio": round(s / bare, 2),
+                  "goal_ratio": round(GOALS.get(name, 0.10) / REFERENCE_BARE, 2)}
+           for name, s in rows.items()}
+    for row in out.values():
+        row["within_goal"] = row["ratio"] <= row["goal_ratio"]
+    out["python -c pass"].update(goal_ratio=None, within_goal=None)
+    out["import zmq, msgpack, typer"].update(goal_ratio=None, within_goal=None)
+    if args.json:
+        print(json.dumps({"runs": args.runs, "rows": out}))
+    else:
+        for name, row in out.items():
+            goal = "" if row["goal_ratio"] is None else (
+                f"  (goal <= {row['goal_ratio']}x: {'yes' if row['within_goal'] else 'NO'})")
+            print(f"{name:32} {row['s'] * 1000:7.1f} ms  {row['ratio']:5.2f}x bare{goal}")
+    if args.importtime:
+        proc = subprocess.run([PY, "-X", "importtime", "-m", "chordpub", "node", "start", "--help"],
+                              capture_output=True, text=True)
+        costs = []
+        for line in proc.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[1].strip().isdigit():
+                costs.append((int(parts[1]), parts[2].rstrip()))
+        print("\nwhat `node start --help` imports, cumulative microseconds:", file=sys.stderr)
+        for us, name in sorted(costs, reverse=True)[:20]:
+            print(f"{us:8d} {name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
