@@ -84,6 +84,8 @@ CURVE_HELP = "CURVE keys directory (from `chordpub keys generate`): encrypt, and
 
 def curve_setup(curve: Path | None, role: str):  # -> SocketSetup | None
     """The socket hook for --curve DIR as `role`, with the ZAP authenticator running (None without)."""
+    if curve is None:
+        return None  # (dht.curve imports pyzmq's authenticator, and asyncio with it: 30 ms of a start)
     from dht.curve import socket_setup
 
     return socket_setup(curve, role)

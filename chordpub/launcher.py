@@ -205,7 +205,7 @@ class LocalRing:
             return last["consistent"] and (not fingers or exact)
 
         try:
-            wait_for(ok, timeout, interval=0.02, what="a consistent ring")
+            wait_for(ok, timeout, interval=0.1, what="a consistent ring")  # a walk asks every node: not too often
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; last check: {last}") from None
         finally:
