@@ -67,8 +67,9 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
     topics = names_in_arc(ids[-1], ids[0], TOPICS)  # the arc of the lowest id wraps past 0
     publisher, subscriber = Client(seed), Client(seed)  # the default heartbeat: 1 s, a 3 s lease
     started_pids: list[int] = []
-    scaler = None
-    try:
+    scaler = streamer = None
+    stop = threading.Event()  # the publishing thread's end, whatever happens: a failing wait must not leave
+    try:                      # it running (pytest would report, then never exit)
         got: dict[str, list[int]] = {t: [] for t in topics[:RELIABLE]}
         for t in topics[:RELIABLE]:
             subscriber.subscribe(t, reliable=True, callback=lambda m, t=t: got[t].append(int(m.payload)))
@@ -78,7 +79,6 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
         assert sorted(records(dht, seed)) == [0, 0, TOPICS]
 
         sent = {t: 0 for t in got}
-        stop = threading.Event()
 
         def stream() -> None:
             while not stop.is_set():
@@ -87,7 +87,7 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
                     publisher.publish(t, str(sent[t]))
                 stop.wait(0.01)  # a steady stream, not a flood
 
-        streamer = threading.Thread(target=stream)
+        streamer = threading.Thread(target=stream, daemon=True)
         streamer.start()
         scaler = procs("scaler", "ring", "autoscale", seed, "--high", "1200", "--low", "100", "--min", "3",
                        "--max", "8", "--patience", "2", "--interval", "0.5", "--cooldown", "1", "--spawn",
@@ -134,6 +134,9 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
         assert len(left) == len(grows) and not left & {i["endpoint"] for i in walk_any(dht, members())}
         dht.close()
     finally:
+        stop.set()
+        if streamer is not None:
+            streamer.join(timeout=10)
         publisher.close()
         subscriber.close()
         if scaler is not None:

@@ -19,7 +19,7 @@ import zmq
 from chordpub import Client
 from chordpub.launcher import wait_for
 from dht.client import DhtError
-from dht.ids import key_id
+from dht.ids import key_id, owner_of
 from tests.conftest import one_error_line, run_cli, start_module_ring
 
 SLACK = 3.0  # on top of the deadline and of an interpreter's start-up measured beside it (a loaded
@@ -132,12 +132,17 @@ def test_losing_the_entry_node_mid_run_is_retried_through_other_nodes(ring_facto
             return len(received) > seen[0]
 
         wait_for(delivered_after_a_lease, 20, interval=0.05, what="delivery a lease after the entry node died")
-        # renewals go straight to the topic's owner; a new topic needs a lookup, which the dead entry
-        # node cannot start: only the nodes the client learnt can (with DhtClient._learn disabled,
-        # this subscribe raises "no reply from" the entry node)
+        # renewals go straight to the topic's owner; a topic that a node whose arc the client has never
+        # been told of owns needs a lookup, which the dead entry node cannot start: only the nodes the
+        # client learnt can (with DhtClient._learn disabled, this subscribe fails: "could not subscribe
+        # ... within 10s"). Whatever the ring's ids, the later topic is chosen so: owned by a live node
+        # that is neither the first topic's owner nor the entry
+        owner_id = ids[owner_at]
+        later_topic = next(t for t in (f"{topic}-later-{i}" for i in range(1000))
+                           if owner_of(ids, key_id(t)) not in (owner_id, entry.id))
         later: list[str] = []
-        sub_client.subscribe(f"{topic}-later", callback=lambda m: later.append(m.text))
-        wait_for(lambda: pub_client.publish(f"{topic}-later", "x") and bool(later), 20, interval=0.05,
+        sub_client.subscribe(later_topic, callback=lambda m: later.append(m.text))
+        wait_for(lambda: pub_client.publish(later_topic, "x") and bool(later), 20, interval=0.05,
                  what="a topic subscribed after the entry node died")
 
 
