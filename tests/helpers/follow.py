@@ -1,8 +1,9 @@
 """A test helper process: one reliable subscriber that records every message's (publisher, seq).
 
     python -m tests.helpers.follow --via H:P --topic T --count N --seconds S --out FILE [--heartbeat 0.5]
+                                   [--ready FILE]
 
-Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "received": n}) once N messages came or S seconds
+Touches the --ready file once subscribed (the subscription is in place at the topic's owner). Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "received": n}) once N messages came or S seconds
 passed, and exits 0 if N came, 1 otherwise.
 """
 
@@ -26,11 +27,14 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--heartbeat", type=float, default=0.5)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--ready", help="Touch this file once subscribed.")
     args = ap.parse_args()
     seqs: dict[str, list[int]] = {}
     received = 0
     with Client(args.via, heartbeat=args.heartbeat, host=args.host) as client:
         sub = client.subscribe(args.topic, reliable=True)
+        if args.ready:
+            Path(args.ready).touch()
         deadline = time.monotonic() + args.seconds
         while received < args.count and time.monotonic() < deadline:
             msg = sub.get(timeout=0.5)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from dht.processes import wait_for
 from topologies.partition import partitioned_ring
 
 pytestmark = pytest.mark.mininet
@@ -18,11 +19,21 @@ STABILIZE = 0.5
 
 
 def start_stream(ring, sub, pub, out, count: int, rate: float):  # noqa: ANN001, ANN201 - Mininet hosts, Popen
-    """A reliable subscriber on host `sub`, then a publisher on host `pub` (history for the whole stream),
-    each entering through its own host's node; returns the subscriber's process."""
+    """A reliable subscriber on host `sub`, then, once it is subscribed, a publisher on host `pub` (history
+    for the whole stream), each entering through its own host's node; returns the subscriber's process.
+    (The cut that follows must not race the subscription: a subscriber whose topic's owner is cut off
+    mid-subscribe waits for its side to heal, several periods a lost successor, and may run out of time.)"""
+    ready = out.with_suffix(".ready")
     follow = ring.popen(sub, "-m", "tests.helpers.follow", "--via", ring.endpoint(sub), "--topic", "across",
                         "--count", str(count), "--seconds", "120", "--out", str(out), "--host", sub.IP(),
-                        log="follow.log")
+                        "--ready", str(ready), log="follow.log")
+
+    def subscribed() -> bool:
+        if follow.poll() is not None:
+            raise AssertionError(f"the subscriber exited ({follow.returncode}) before it was subscribed")
+        return ready.exists()
+
+    wait_for(subscribed, 30, interval=0.05, what="the subscriber subscribed")
     ring.popen(pub, "-m", "chordpub", "pub", "--via", ring.endpoint(pub), "--topic", "across", "--host",
                pub.IP(), "--reliable", "--history", str(2 * count), "--count", str(count), "--rate", str(rate),
                "--linger", "60", log="pub.log")
