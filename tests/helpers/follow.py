@@ -3,7 +3,8 @@
     python -m tests.helpers.follow --via H:P --topic T --count N --seconds S --out FILE [--heartbeat 0.5]
                                    [--ready FILE]
 
-Touches the --ready file once subscribed (the subscription is in place at the topic's owner). Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "received": n}) once N messages came or S seconds
+Touches the --ready file once subscribed (the subscription is in place at the topic's owner).
+Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "received": n}) once N messages came or S seconds
 passed, and exits 0 if N came, 1 otherwise.
 """
 
