@@ -55,13 +55,8 @@ class Publisher:
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
                   mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
                   retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
-        """Register as a publisher of `topic` with its owner (optional: the first `publish` on a topic
-        advertises it with the defaults). `history`: messages kept for late joiners and repair (1000
-        when `reliable` and not given); `strength`: the topic becomes exclusive and subscribers take
-        only the strongest publisher; `mode`: direct (subscribers connect to us) or relay (through the
-        topic owner's relay). Messages that durable subscribers have not acknowledged are retained
-        beyond the history, within `retain_messages` (default 100000), `retain_seconds` (3600) and
-        `retain_bytes` (64 MiB). Returns once the owner holds the registration."""
+        """Register as a publisher of `topic` (pubsub/client.py's Client.advertise says what the terms mean);
+        returns once the owner holds the registration."""
         self._check_open()
         check_topic(topic)
         defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))

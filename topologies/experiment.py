@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dht.processes import interrupts_deferred
+from dht.processes import interrupts_deferred, stop_processes
 from topologies.hosts import BACKENDS, Hosts, graph_for, open_hosts
 from topologies.placement import PLACEMENTS, Slot, load_dht_json, place
 from topologies.run_summary import summarize, tail, topics_for
@@ -282,17 +281,7 @@ class Experiment:
             time.sleep(0.05)
 
     def _stop(self, role: str | None = None, grace: float = 5.0) -> None:
-        procs = [s.proc for s in self.started if role is None or s.slot.role == role]
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in procs:
-            try:
-                p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
+        stop_processes([s.proc for s in self.started if role is None or s.slot.role == role], grace)
 
     # -- bookkeeping ------------------------------------------------------------------------------
     @staticmethod
