@@ -152,8 +152,15 @@ def node_start(
 
         metrics = serve(NodeCollector(node, hops), metrics_port, listen.bind)[0]
     stop_requested = threading.Event()
+    waiting = [False]  # the main thread sleeps until the node stops: a signal then ends the sleep
+
+    def on_signal(*_: object) -> None:
+        stop_requested.set()
+        if waiting[0]:
+            raise _StopRequested
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_requested.set())
+        signal.signal(sig, on_signal)
     reload_on_sighup([p for p in (node.policy, relay_service and relay_service.policy) if p is not None])
     node.start()
     while not (node.joined.wait(0.1) or node.stopped.is_set()):
@@ -173,9 +180,15 @@ def node_start(
         f"; metrics on http://{listen.host}:{metrics.server_port}/metrics" if metrics else ""), node.endpoint,
         node.me.id, "" if vnodes == 1 else f", with {vnodes} ring positions",
         "" if listen.bind == listen.host else f" (bound on {listen.bind})")
-    # a signal interrupts the wait at once; a node that stops by itself (`node leave`) is seen within a second
-    while not stop_requested.wait(1.0) and not node.stopped.is_set():
+    # a signal interrupts the wait at once (its handler raises), as does a node that stops by itself
+    # (`node leave`): no timer wakes an idle node's main thread
+    waiting[0] = True
+    try:
+        if not stop_requested.is_set():
+            node.stopped.wait()
+    except _StopRequested:
         pass
+    waiting[0] = False
     if not node.stopped.is_set():
         node.leave()
         node.wait(timeout=3 * node.timeout * vnodes + 1)  # each position hands over and says goodbye
@@ -184,6 +197,10 @@ def node_start(
         relay_service.close()
     if writer is not None:
         writer.close()
+
+
+class _StopRequested(Exception):
+    """Raised by node start's signal handler to end the main thread's wait."""
 
 
 @node_app.command("info")

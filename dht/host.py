@@ -29,13 +29,17 @@ import random
 import threading
 import time
 
+import zmq
+
 from dht.gate import Denials
 from dht.ids import position_endpoint
 from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
+from dht.membership import QUIET_DOUBLINGS
 from dht.node import ChordNode, Shared
 from dht.node_config import NodeConfig
 from dht.notifier import Notifier
+from dht.pacing import LINK_JOBS, Pacing, WakingQueue
 from dht.policy import PolicyFile
 from dht.prober import HINTS, PROBE_PERIODS
 from dht.proximity import RoundTrips
@@ -59,7 +63,7 @@ class ChordHost:
         self.server = RpcServer(config.bind or config.host, config.port, self._handle, setup=setup,
                                 advertise=config.host, advertise_port=config.advertise_port)
         self.denials = Denials(f"node {self.server.endpoint}")
-        shared = Shared(self.server, setup, self.stopped, queue.Queue(), self.changes, self.policy, self.denials,
+        shared = Shared(self.server, setup, self.stopped, WakingQueue(), self.changes, self.policy, self.denials,
                         [position_endpoint(self.server.endpoint, i) for i in range(config.vnodes)])
         self.shared = shared
         self.jobs = shared.jobs
@@ -72,10 +76,14 @@ class ChordHost:
         timeout = self.positions[0].timeout
         self.round_trips = RoundTrips()  # per peer process: positions of one process share the path
         maintenance_rpc = RpcClient(timeout=timeout, retries=0, setup=setup, watch=True)
+        # libzmq retries a lost connection every 100 ms by default, each retry an event that would wake
+        # the sleeping maintenance thread; a peer asked again gets a new connection anyway (fresh_if_down)
+        maintenance_rpc.socket.setsockopt(zmq.RECONNECT_IVL_MAX, max(1000, int(4000 * config.stabilize)))
         maintenance_rpc.on_rtt = self.round_trips.observe
         # the maintenance thread's requests: to our own positions answered in place (dht/local_calls.py)
         self.rpc = LocalFirst(maintenance_rpc, self.server.endpoint, self._handle)
         self.maintainers = [Maintainer(p, self.rpc, self.round_trips) for p in self.positions]
+        self.pacings = [Pacing() for _ in self.positions]
         self.probe_rpc = LocalFirst(RpcClient(timeout=timeout, retries=0, setup=setup, watch=True),
                                     self.server.endpoint, self._handle)  # the prober thread's
         self.hints: queue.Queue = queue.Queue(maxsize=HINTS)
@@ -127,6 +135,7 @@ class ChordHost:
     def stop(self) -> None:
         self.stopped.set()
         self.server.wake()
+        self.jobs.put((None, "wake", None))  # the maintenance thread's
         self.changes.put(None)  # the notifier's wake-up
         try:
             self.hints.put_nowait(None)  # the prober's
@@ -137,6 +146,7 @@ class ChordHost:
                 t.join(timeout=5)
         if not any(t.is_alive() for t in self._threads):
             self.notifier.close()
+            self.jobs.close()
         for p in self.positions:
             with p.lock:
                 p.store.close()
@@ -150,6 +160,7 @@ class ChordHost:
 
     def close(self) -> None:
         """Close the sockets of a host that was never started (tests that call handlers directly)."""
+        self.jobs.close()
         self.server.close()
         self.notifier.close()
         self.rpc.close()
@@ -205,37 +216,88 @@ class ChordHost:
     def _rounds(self) -> None:
         """Each position's rounds start a period apart (not a period after the last one ended: a round
         slowed by timeouts on dead peers must not also delay the next stabilize, which is what heals
-        the ring around them); the positions' rounds are spread over the period."""
+        the ring around them); the positions' rounds are spread over the period. A quiet position's
+        rounds come further apart (dht/pacing.py); the thread sleeps until a round is due, a job comes,
+        or a connection of ours closes, and a closed one brings every position's next round to a
+        period after its last."""
         period = self.config.stabilize
         v = len(self.positions)
         start = time.monotonic()
+        last = [start - period + period * i / v for i in range(v)]
         next_round = [start + period * i / v for i in range(v)]
+        poller = zmq.Poller()
+        poller.register(self.jobs.fd, zmq.POLLIN)
+        if self.rpc.watch_socket is not None:
+            poller.register(self.rpc.watch_socket, zmq.POLLIN)
+        seen = self._connections_closed()
         while not self.stopped.is_set():
             wait = min(next_round) - time.monotonic()
-            try:
-                index, kind, arg = self.jobs.get(timeout=wait) if wait > 0 else self.jobs.get_nowait()
-            except queue.Empty:
-                index, kind, arg = None, "round", None
-            try:
+            if wait > 0:
+                poller.poll(max(1, int(wait * 1000)))
+            self.jobs.clear()
+            while True:
+                try:
+                    index, kind, arg = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
                 if kind == "leave":
                     self._leave_all()
                     return
-                if index is not None:
-                    if not self.positions[index].left:
-                        self._step(index, lambda m=self.maintainers[index], k=kind, a=arg: m.job(k, a))
-                    continue
-                now = time.monotonic()
-                due = [i for i in range(v) if next_round[i] <= now and not self.positions[i].left]
+                if index is None or self.positions[index].left:
+                    continue  # a wake-up (stop), or a job for a position that has gone
+                if kind in LINK_JOBS:
+                    self.pacings[index].wake()
+                try:
+                    self._step(index, lambda m=self.maintainers[index], k=kind, a=arg: m.job(k, a))
+                except Exception:  # a maintenance bug must not silently stop the node healing
+                    log.exception("maintenance step %s failed", kind)
+            closed = self._connections_closed()
+            if closed != seen:
+                seen = closed
+                self._look_again()
+                for i in range(v):
+                    self.pacings[i].wake()
+                    self.maintainers[i].suspect = True  # a closed connection may be the predecessor's
+                    next_round[i] = min(next_round[i], last[i] + period)
+            now = time.monotonic()
+            due = [i for i in range(v) if next_round[i] <= now and not self.positions[i].left]
+            if not due or self.stopped.is_set():
+                continue
+            try:
                 self.rpc.new_cycle()
+                before = {i: self._links(i) for i in due}
                 for i in due:  # every due position's ring pointers first: no lookup of another delays them
-                    next_round[i] = time.monotonic() + period * random.uniform(0.9, 1.1)
+                    last[i] = time.monotonic()
+                    next_round[i] = last[i] + period * random.uniform(0.9, 1.1)
                     if not self.stopped.is_set():
                         self._step(i, self.maintainers[i].ring_round)
                 for i in due:
                     if not self.stopped.is_set():
                         self._step(i, self.maintainers[i].rest_round)
+                        changed = self._links(i) != before[i]
+                        stretch = self.pacings[i].ran(changed=changed)
+                        self.maintainers[i].paced = stretch > 1
+                        if changed:
+                            self._look_again()
+                        next_round[i] = last[i] + period * stretch * random.uniform(0.9, 1.1)
             except Exception:  # a maintenance bug must not silently stop the node healing
-                log.exception("maintenance step %s failed", kind)
+                log.exception("maintenance round failed")
+
+    def _look_again(self) -> None:
+        """The ring moved: the prober looks for members due at once, not after its quiet wait."""
+        try:
+            self.hints.put_nowait(None)
+        except queue.Full:
+            pass  # it has hints to follow: it looks after them
+
+    def _connections_closed(self) -> int:
+        """Connections of this process that closed so far, ours to peers and peers' to us."""
+        return self.rpc.closings() + self.server.disconnects
+
+    def _links(self, index: int) -> tuple:
+        position = self.positions[index]
+        with position.lock:
+            return position.routing.predecessor, tuple(position.routing.successors)
 
     def _leave_all(self) -> None:
         """Every position leaves, the last on the circle first: a position whose successor is one of
@@ -258,26 +320,37 @@ class ChordHost:
                     return
             next_probe = time.monotonic() + every * random.uniform(0.5, 1.0)
             turn = 0
+            idle = 0  # probe turns in a row that found no member due
             while not self.stopped.is_set():
                 # without probes, the routing table's nodes are still remembered every PROBE_PERIODS periods
                 wait = max(0.0, next_probe - time.monotonic()) if every > 0 else PROBE_PERIODS * self.config.stabilize
                 self.probe_rpc.new_cycle()  # each probe and hint asks afresh
                 try:
-                    hint = self.hints.get(timeout=wait)
-                    if hint is None:  # stop() wakes us
-                        continue
-                    prober, peer, hops = hint
-                    if not prober.node.left:
-                        prober.counted(lambda p=prober, e=peer, h=hops: p.follow(e, h))
-                except queue.Empty:
-                    if every > 0 and time.monotonic() >= next_probe:
-                        next_probe = time.monotonic() + every * random.uniform(0.9, 1.1)
-                        prober = probers[turn % len(probers)]
-                        turn += 1
+                    try:
+                        hint = self.hints.get(timeout=wait)
+                        if hint is None:  # stop() wakes us, or the ring moved (_rounds): look again now
+                            if self.stopped.is_set():
+                                continue
+                            next_probe, idle = time.monotonic(), 0
+                    except queue.Empty:
+                        hint = None
+                    if hint is not None:
+                        prober, peer, hops = hint
                         if not prober.node.left:
-                            prober.counted(prober.probe)
-                    for prober in probers:  # (a probe syncs its own position's)
-                        prober.sync()
+                            prober.counted(lambda p=prober, e=peer, h=hops: p.follow(e, h))
+                    else:
+                        if every > 0 and time.monotonic() >= next_probe:
+                            prober = probers[turn % len(probers)]
+                            turn += 1
+                            probed = not prober.node.left and prober.counted(prober.probe)
+                            # a turn of every position with nothing due: members are all known in the ring,
+                            # and the next look waits as long as their probes do (QUIET_DOUBLINGS)
+                            idle = 0 if probed else idle + 1
+                            quiet = idle >= len(probers)
+                            next_probe = time.monotonic() + every * (1 << QUIET_DOUBLINGS if quiet else 1) \
+                                * random.uniform(0.9, 1.1)
+                        for prober in probers:  # (a probe syncs its own position's)
+                            prober.sync()
                 except Exception:  # a prober bug must not stop the node probing
                     log.exception("probe failed")
                 for prober in probers:

@@ -62,6 +62,13 @@ class LocalFirst:
     def close(self) -> None:
         self.rpc.close()
 
+    def closings(self) -> int:
+        return self.rpc.closings()
+
+    @property
+    def watch_socket(self):  # noqa: ANN201 - the RpcClient's monitor socket, or None
+        return self.rpc.watch_socket
+
     @property
     def bytes_sent(self) -> int:
         return self.rpc.bytes_sent

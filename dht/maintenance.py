@@ -25,6 +25,7 @@ from dht import wire
 from dht.client import iterative_lookup, unreachable
 from dht.fingers import FingerMaintenance
 from dht.ids import in_open, process_of
+from dht.pacing import MAX_STRETCH
 from dht.proximity import RoundTrips
 from dht.records import Change, namespace
 from dht.replication import FULL_EVERY, Replication
@@ -65,8 +66,9 @@ class MaintainedNode(Protocol):
 log = logging.getLogger(__name__)
 
 MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
-PREDECESSOR_HEARD = 1.5  # periods within which the predecessor's own get_links proves it alive (its
-# rounds are a period apart, with 10% jitter): a dead one is pinged, and found, half a period later at most
+PREDECESSOR_HEARD = 1.5 * MAX_STRETCH  # periods within which the predecessor's own get_links proves it
+# alive (its rounds are up to MAX_STRETCH periods apart, with 10% jitter; dht/pacing.py). A killed one
+# closes its connections, which makes us suspect it and ping it at once.
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -88,6 +90,8 @@ class Maintainer(FingerMaintenance, Replication):
         self.init_fingers()
         self.init_replication()
         self._pred_missed = 0
+        self.paced = False  # its rounds are further apart than a period (dht/pacing.py): refresh every round
+        self.suspect = False  # a connection of the process closed: ping the predecessor however lately heard
         self._last_successor: Peer | None = None  # for the successor-changes counter
         self._last_neighbours: tuple = ()  # (successor, predecessor) at the end of the last round
         self.me_encoded = wire.encode_peer(self.me)
@@ -97,11 +101,14 @@ class Maintainer(FingerMaintenance, Replication):
         return self.node.routing
 
     def job(self, kind: str, arg: object) -> None:
-        """A job a request handler queued: hand entries to a new predecessor, or push fresh writes."""
+        """A job a request handler queued: hand entries to a new predecessor, push fresh writes, or
+        stabilize now (a joining node told us of itself)."""
         if kind == "handover":
             self.handover(*arg)  # type: ignore[misc]
         elif kind == "replicate":
             self.replicate(full=False)
+        elif kind == "stabilize":  # a node named itself as our successor: see whether it is
+            self.stabilize()
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self, via: list[str] | None = None) -> None:
@@ -176,7 +183,7 @@ class Maintainer(FingerMaintenance, Replication):
         node = self.node
         self.fix_fingers()
         self.replicate(full=node.rounds % FULL_EVERY == 0,
-                       refresh=node.rounds % self.config.refresh_every == 0)
+                       refresh=self.paced or node.rounds % self.config.refresh_every == 0)
         self.expire_records()
         node.check_policy()
         if self._hand_back_pending:
@@ -227,7 +234,10 @@ class Maintainer(FingerMaintenance, Replication):
                     continue  # verify the closer successor and take its list
                 self.routing.adopt_successor_list(succ, its)
             if x != self.me:  # the successor already knows us as its predecessor otherwise
-                self.rpc.call(succ.endpoint, "notify", peer=wire.encode_peer(self.me))
+                self.rpc.call(succ.endpoint, "notify", peer=self.me_encoded)
+                if x is not None and not self.round_trips.down(x.endpoint):
+                    # its predecessor until now learns of us at once, not at its next (paced) round
+                    self.rpc.call(x.endpoint, "notify", peer=self.me_encoded)
             return
 
     def dead(self, endpoint: str, reply: Reply) -> bool:
@@ -258,9 +268,10 @@ class Maintainer(FingerMaintenance, Replication):
         with self.node.lock:
             pred = self.routing.predecessor
             heard = self.node.predecessor_heard
+        suspect, self.suspect = self.suspect, False
         if pred is None:
             return
-        if time.monotonic() - heard < PREDECESSOR_HEARD * self.config.stabilize:
+        if not suspect and time.monotonic() - heard < PREDECESSOR_HEARD * self.config.stabilize:
             self._pred_missed = 0
             return
         self.fresh_if_down(pred.endpoint)

@@ -23,7 +23,7 @@ from pathlib import Path
 from dht import wire
 from dht.durable import DurableStore
 from dht.gate import Denials
-from dht.ids import in_half_open, key_id, position_endpoint
+from dht.ids import in_half_open, in_open, key_id, position_endpoint
 from dht.membership import Members
 from dht.node_config import NodeConfig
 from dht.policy import PolicyFile, refusal
@@ -256,9 +256,16 @@ class ChordNode:
                 "successors": [wire.encode_peer(s) for s in self.routing.successors]}
 
     def _on_notify(self, req: dict) -> dict:
+        """notify(n') (ToN'03 Fig. 6); from a node between us and our successor, it is a joining node
+        telling its successor's old predecessor (us) of itself: we stabilize now, which checks it."""
+        peer = req["peer"]
+        successor = self.routing.successor
+        if successor != self.me and in_open(peer.id, self.me.id, successor.id):
+            self.jobs.put(("stabilize", None))
+            return {}
         old = self.routing.predecessor
-        if self.routing.consider_predecessor(req["peer"]):
-            self.jobs.put(("handover", (old, req["peer"])))
+        if self.routing.consider_predecessor(peer):
+            self.jobs.put(("handover", (old, peer)))
         return {}
 
     def _check_owner(self, key: str) -> None:

@@ -69,11 +69,11 @@ class Prober:
         except queue.Full:
             return False
 
-    def counted(self, step: Callable[[], None]) -> None:
+    def counted(self, step: Callable[[], object]) -> object:
         """Run one step (a probe, a hint) and count the bytes it sent as this position's."""
         before = self.rpc.bytes_sent
         try:
-            step()
+            return step()
         finally:
             self.bytes_sent += self.rpc.bytes_sent - before
 
@@ -85,13 +85,14 @@ class Prober:
             node.members.sync(table, time.time())
         return {p.endpoint for p in table}
 
-    def probe(self) -> None:
+    def probe(self) -> bool:
+        """Probe the member due next, if any; returns whether one was."""
         node = self.node
         in_table = self.sync()
         with node.lock:
             target = node.members.probe_target(in_table, time.time(), self.every)
         if target is None:
-            return
+            return False
         self.probes += 1
         found = iterative_lookup(self.me.id, target.endpoint, self.ask, max_steps=4 * node.config.bits + 16)
         # no answer at all: unreachable; an answer but a lookup cut short further on: nothing learnt
@@ -111,6 +112,7 @@ class Prober:
             log.warning("%s: remembered member %s is in another ring (it routes our id to %s): merging",
                         self.me.endpoint, target.endpoint, found.owner.endpoint)
             self.merge(found.owner, CHAIN_HOPS, tell_other=True)
+        return True
 
     def follow(self, peer: Peer, hops: int) -> None:
         """A unify hint: look our id up in the ring of `peer`; merge if it routes elsewhere. A chain that

@@ -141,7 +141,7 @@ class Replication:
         the stabilize call instead of a message of its own (replicate() then skips that target)."""
         node = self.node
         self._refreshed = None
-        if node.rounds % self.config.refresh_every or self.config.replicas < 2:
+        if (node.rounds % self.config.refresh_every and not self.paced) or self.config.replicas < 2:
             return {}
         with node.lock:
             pred = self.routing.predecessor

@@ -127,6 +127,7 @@ class RpcClient:
         self.bytes_sent = 0
         self.sent = 0  # requests sent
         self._closed: set[str] = set()  # addresses whose connection was closed or refused since we connected
+        self.disconnects = 0  # established connections that closed (read by `closings()`)
         self._watch = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
                                                      | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED) \
             if watch else None
@@ -199,10 +200,24 @@ class RpcClient:
         while self._watch is not None and self._watch.poll(0):
             head, endpoint = self._watch.recv_multipart()[:2]  # libzmq's event: u16 id + u32 value, then the address
             address = endpoint.decode(errors="replace")
-            if struct.unpack_from("=H", head)[0] in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
+            event = struct.unpack_from("=H", head)[0]
+            if event in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._closed.discard(address)
-            elif len(self._closed) < self.max_peers:
+                continue
+            self.disconnects += event == zmq.EVENT_DISCONNECTED
+            if len(self._closed) < self.max_peers:
                 self._closed.add(address)
+
+    @property
+    def watch_socket(self) -> zmq.Socket | None:
+        """The socket monitor's socket (a watching client), readable while it has events to read."""
+        return self._watch
+
+    def closings(self) -> int:
+        """How many of our established connections have closed so far (a watching client; else 0):
+        a peer process that died closed its end. Reads the socket monitor's events without waiting."""
+        self._read_events()
+        return self.disconnects
 
     def _timed_out(self, endpoint: str) -> None:
         process = process_of(endpoint)
