@@ -72,6 +72,7 @@ class ChordHost:
         config.services["events"] = self.notifier.endpoint
         self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
         self.server.tally = self._tally_served
+        self.server.on_disconnect = lambda: self.jobs.put((None, "wake", None))  # the maintenance thread looks
         self.notifier.tally = self._tally_published
         timeout = self.positions[0].timeout
         self.round_trips = RoundTrips()  # per peer process: positions of one process share the path

@@ -79,6 +79,7 @@ class RpcServer:
         self._waiting = False  # serve() is waiting for a request
         self._wake_address = f"inproc://rpc-wake-{id(self)}"
         self.disconnects = 0  # peers' connections to us that closed (a killed peer's close them at once)
+        self.on_disconnect: Callable[[], None] | None = None  # told of each, from the serving thread
         # told (position, request bytes, reply bytes) of each request answered: a process holding
         # several ring positions counts each one's traffic (dht/host.py)
         self.tally: Callable[[int, int, int], None] | None = None
@@ -104,6 +105,8 @@ class RpcServer:
                 while closes in ready and closes.poll(0):
                     closes.recv_multipart(zmq.NOBLOCK)
                     self.disconnects += 1
+                    if self.on_disconnect is not None:
+                        self.on_disconnect()
                 if self.socket not in ready:
                     self.caught_up_at = time.time()
                     continue
