@@ -109,6 +109,8 @@ class Maintainer(FingerMaintenance, Replication):
             self.replicate(full=False)
         elif kind == "stabilize":  # a node named itself as our successor: see whether it is
             self.stabilize()
+        elif kind == "hand_on":  # we were handed entries that others own
+            self._hand_back_pending = True
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self, via: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
 from dht.rpc_server import RpcServer
 from dht.scaling import split_point
-from dht.store import Store, split_field_key
+from dht.store import Store, entry_key_id, split_field_key
 from dht.transport import Refused, SocketSetup
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class ChordNode:
             "get": self._on_get,
             "delete": self._on_delete,
             "replicate": self._on_merge,
-            "handover": self._on_merge,
+            "handover": self._on_handover,
             "leaving": self._on_leaving,
             "leave": self._on_leave,
             "records": self._on_records,
@@ -378,6 +378,16 @@ class ChordNode:
 
     def _on_merge(self, req: dict) -> dict:
         return {"applied": self.store.merge(req["entries"], self.rounds)}
+
+    def _on_handover(self, req: dict) -> dict:
+        """Entries a successor (or a leaving node) gives us. While rings merge, a successor hands its new
+        predecessor everything from its old one up, though nodes of the other ring that sit in between
+        own part of it: what we do not own goes on to its owner (hand_back, next round)."""
+        reply = self._on_merge(req)
+        bits = self.config.bits
+        if any(not self.routing.owns(entry_key_id(e[0], bits, e[3])) for e in req["entries"]):
+            self.jobs.put(("hand_on", None))
+        return reply
 
     def _on_leaving(self, req: dict) -> dict:
         """A neighbour leaves gracefully: splice it out (ToN'03 §V-D, voluntary departures)."""

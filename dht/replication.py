@@ -18,7 +18,7 @@ import logging
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
-from dht.ids import in_half_open, process_of
+from dht.ids import in_half_open, in_open, process_of
 from dht.routing import Peer
 from dht.store import EntryTuple, entry_key_id
 
@@ -88,22 +88,31 @@ class Replication:
             self._replicated_to = []  # the next round pushes everything again
 
     def handover(self, old: Peer | None, new: Peer) -> None:
-        """A new predecessor joined: give it the entries it now owns (key transfer on join)."""
+        """A new predecessor joined: give it the entries it now owns (key transfer on join).
+
+        While rings merge, the predecessor can change again before this job runs (old -> new -> newer):
+        the entries between `old` and the predecessor of now go to the predecessor of now, so that none
+        is left with a node that no longer owns it and that nobody else will ask. A push that fails
+        leaves them to `hand_back`, which gives every entry we do not own to its owner next round."""
         node = self.node
         with node.lock:
-            if self.routing.predecessor != new:
+            current = self.routing.predecessor
+            if current is None or current == self.me:
                 return
-            if old is not None and old != new:
-                moving = node.store.select(lambda k: in_half_open(k, old.id, new.id))
+            if current != new and old is not None and not in_open(current.id, old.id, self.me.id):
+                return  # our arc grew back past `old`: nothing of it is anyone else's
+            if old is not None and old != current:
+                moving = node.store.select(lambda k: in_half_open(k, old.id, current.id))
             else:
-                moving = node.store.select(lambda k: not in_half_open(k, new.id, self.me.id))
-        if moving:
-            self.push(new.endpoint, "handover", moving)
+                moving = node.store.select(lambda k: not in_half_open(k, current.id, self.me.id))
+        if moving and not self.push(current.endpoint, "handover", moving):
+            self._hand_back_pending = True
 
     def hand_back(self) -> None:
-        """After a restart from --data-dir: give each entry we no longer own to its owner (once the
-        ring has told us our predecessor, so that `owns` means something). Merges keep the newest
-        version, so this never undoes a write made while we were away."""
+        """After a restart from --data-dir, or after a hand-over gave us entries that others own (rings
+        merging): give each entry we do not own to its owner (once the ring has told us our
+        predecessor, so that `owns` means something). Merges keep the newest version, so this never
+        undoes a write made while we were away."""
         node = self.node
         with node.lock:
             if self.routing.predecessor is None and not self.routing.alone:

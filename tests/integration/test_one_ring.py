@@ -2,8 +2,10 @@
 both sides' registrations; a split is reported by `ring check`; seeds and restarts in any order make one
 ring.
 
-To see these fail with the feature taken away: start nodes with `probe_every=0` and stop `Prober.follow`
-(return at its top): the merge tests time out with two rings; drop `split_problems` from
+To see these fail with the feature taken away: make `Prober.merge` return at its top (a node that finds
+another ring does not join it): the merge tests time out with two rings; make `Replication.handover` return at
+its top: the keys put on either side before the merge are not found after it (records come back
+through their clients' renewals; keys only through the ring's hand-overs); drop `split_problems` from
 `dht/ringcheck.check_ring` and the split test's check reports a consistent ring.
 """
 
@@ -38,6 +40,12 @@ def test_two_rings_of_any_sizes_become_one_with_both_sides_registrations(ring_fa
     b.wait_consistent(30)
     keys = [f"key-{i}" for i in range(100)]
     assert owners(a.nodes[0].endpoint, keys) != owners(b.nodes[0].endpoint, keys)  # two rings, two answers
+    stored = {f"{side}-key-{i}": f"{side}{i}".encode() for side in "ab" for i in range(50)}
+    for side, ring in (("a", a), ("b", b)):  # keys nobody renews: only the ring's hand-overs can move them
+        with DhtClient(ring.nodes[0].endpoint) as dht:
+            for k, v in stored.items():
+                if k.startswith(side):
+                    dht.put(k, v)
     clients = [Client(ring.nodes[-1].endpoint, heartbeat=HEARTBEAT) for ring in (a, b)]
     try:
         subs = [c.subscribe("both", reliable=True) for c in clients]
@@ -54,6 +62,17 @@ def test_two_rings_of_any_sizes_become_one_with_both_sides_registrations(ring_fa
         assert report["nodes"] == 9
         wait_for(lambda: owners(a.nodes[0].endpoint, keys) == owners(b.nodes[0].endpoint, keys), 30,
                  what="both sides agreeing on the owners of 100 keys")
+        with DhtClient(a.nodes[0].endpoint) as dht:
+            missing: list[str] = []
+
+            def all_found() -> bool:
+                missing[:] = [k for k, v in stored.items() if dht.get(k) != v]
+                return not missing
+
+            try:
+                wait_for(all_found, 30, what="every key put on either side before the merge read from the one ring")
+            except TimeoutError as exc:
+                raise AssertionError(f"{len(missing)} keys not found after the merge: {missing[:8]}") from exc
         for via in (a.nodes[0].endpoint, b.nodes[0].endpoint):
             with DhtClient(via) as dht:
                 wait_for(lambda d=dht: len(topic_info(d, "both")["publishers"]) == 2, 30,
