@@ -6,7 +6,8 @@ processes, real Clients; members that are killed or restarted are processes of t
 To see them fail: make `GroupDispatch._most_free` return any member with free credit regardless of
 prefetch (`m.free > -1`): a slow member then holds more than its prefetch; make `GroupDispatch.leave`
 keep what the member held (nothing taken back): a killed member's messages never go on to another
-member, and the test's wait for them times out; make `GroupDispatch.target` ignore
+member, and the test's wait for them times out; make `GroupDispatch._take_back` queue each message it
+takes back twice: the killed member's messages go to both live members; make `GroupDispatch.target` ignore
 `_pinned`: a key's messages overtake each other when members change.
 
 Long because the groups' acceptance tests share one ring and one set of worker helpers; each
@@ -172,6 +173,9 @@ def test_a_member_killed_mid_stream_loses_nothing_and_its_messages_go_on_within_
             unflagged.append(r["seq"])
         first.add(r["seq"])
     assert not unflagged, f"delivered again without the redelivered flag: {unflagged[:10]}"
+    survivors = Counter(r["seq"] for f in (a_out, b_out) for r in jsonl(f))
+    twice = sorted(seq for seq, n in survivors.items() if n > 1)
+    assert not twice, f"a message went to more than one live member: {twice[:10]}"
     again = [r for r in records if r["redelivered"]]
     assert again and all(r["deliveries"] >= 2 for r in again), "the victim died holding messages: they came again"
     lag = max(min(r["t"] for r in again if r["seq"] == s) for s in {r["seq"] for r in again}) - killed_at

@@ -115,3 +115,26 @@ def test_a_hand_over_is_a_stream_only_for_a_subscription_that_has_a_position_wit
     assert [e.id for e in reg.all_publishers(owed=lambda pid: pid == "other")] == ["kept"]
     both = reg.all_publishers(owed=lambda pid: pid == "p")
     assert sorted(e.id for e in both) == ["kept", "p"] and all(e.endpoint == "" for e in both)
+
+
+def test_a_hand_over_starts_after_the_lowest_position_of_its_durable_subscribers():
+    """Two durable subscribers, one far behind the other: the archive holds what the slower one lacks.
+    To see it fail, make `Archives.hand_over` start after `max(lacking)`: the marker says 41..60."""
+    from pubsub.archive import left_name
+    from pubsub.archiving import Archives
+    from pubsub.directory import PUB
+    from pubsub.history import RetentionBounds
+
+    pub = Publication("t", "p", history_size=0, bounds=RetentionBounds(messages=30))
+    for i in range(60):
+        pub.stamp(f"m{i + 1}".encode(), i)
+        if i + 1 == 40:
+            pub.history.ack("s/slow", 5)  # took 5, then left
+            pub.history.ack("s/fast", 40)  # took 40, then left
+    archives = Archives(None, {("t", PUB + "p"): None}, {})  # type: ignore[arg-type]
+    assert archives.hand_over([pub], threading.Lock()) == ["t"]
+    feed = archives.feeds[("t", PUB + "p")]
+    feed.sending_to("owner")
+    items = feed.items()
+    assert pub.history.first_seq > 6  # retention let some of what the slower one lacks go
+    assert [i["f"] for i in items if i["val"] == b""] == [left_name("p", 6, 60)]  # what the slower one was owed
