@@ -1,6 +1,6 @@
 """What an idle ring costs: CPU per node per second, and the maintenance messages behind it.
 
-    python benchmarks/idle.py [--nodes 16] [--seconds 60] [--stabilize 0.5,0.2]
+    python benchmarks/idle.py [--nodes 16] [--seconds 60] [--stabilize 0.5,0.2] [--quiet-stretch 1]
                               [--baseline REV [--baseline-python PY]] [--json]
 
 For each stabilize period, a ring of --nodes node processes on loopback (`chordpub node start`, default
@@ -57,8 +57,8 @@ def extract(rev: str, into: Path) -> Path:
 
 
 def start(workdir: Path, nodes: int, stabilize: float, code: Path | None = None,
-          python: str | None = None) -> LocalRing:
-    ring = LocalRing(workdir, options={"stabilize": stabilize}, code=code, python=python)
+          python: str | None = None, **options: object) -> LocalRing:
+    ring = LocalRing(workdir, options={"stabilize": stabilize, **options}, code=code, python=python)
     ring.start(nodes, timeout=120)
     return ring
 
@@ -94,6 +94,8 @@ def main() -> None:
     ap.add_argument("--baseline", help="A git revision whose ring runs beside this one's (e.g. 387f6ec).")
     ap.add_argument("--baseline-python", help="The interpreter the baseline's nodes run with (a venv that has "
                     "its dependencies; default: this one).")
+    ap.add_argument("--quiet-stretch", type=int, default=1, help="This revision's nodes' --quiet-stretch (the "
+                    "baseline's nodes run their own defaults).")
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args()
     rows = []
@@ -102,7 +104,8 @@ def main() -> None:
         for period in (float(p) for p in args.stabilize.split(",")):
             rings: dict[str, LocalRing] = {}
             try:
-                rings["this"] = start(Path(tmp) / f"this-{period}", args.nodes, period)
+                rings["this"] = start(Path(tmp) / f"this-{period}", args.nodes, period,
+                                      **({"quiet_stretch": args.quiet_stretch} if args.quiet_stretch > 1 else {}))
                 if base_tree is not None:
                     rings["baseline"] = start(Path(tmp) / f"base-{period}", args.nodes, period, base_tree,
                                               args.baseline_python)

@@ -30,7 +30,8 @@ class FingerMaintenance:
         self._last_links: tuple = ()
         self._quiet_rounds = 0
         self._next_finger = 0
-        self._finger_gap = 1  # quiet rounds between finger refreshes (MAX_FINGER_GAP)
+        self._finger_gap = 1  # quiet periods between finger refreshes (MAX_FINGER_GAP)
+        self.round_periods = 1  # periods between this position's rounds now (dht/pacing.py)
         self._finger_wait = 0  # rounds left before the next one
         self._cycle_changed = False  # a finger changed in the current round-robin cycle
         self._samples: dict[int, tuple[Peer, list[Peer], int]] = {}  # level -> (first, samples, uses left)
@@ -59,7 +60,7 @@ class FingerMaintenance:
         if full:
             self._finger_gap, self._finger_wait = 1, 0
         elif self._finger_wait > 0:
-            self._finger_wait -= 1
+            self._finger_wait -= self.round_periods  # the gap is in periods, however far apart rounds are
             self._quiet_rounds += 1
             return
         changed = stop = False
@@ -103,6 +104,13 @@ class FingerMaintenance:
             self._finger_gap = min(2 * self._finger_gap, MAX_FINGER_GAP) if quiet else 1
             self._cycle_changed = False
         self._finger_wait = self._finger_gap - 1
+
+    @property
+    def fingers_settled(self) -> bool:
+        """Whole cycles of refreshes have changed nothing, so often that they are as far apart as they
+        go (MAX_FINGER_GAP): until then the ring around the fingers is still moving, and a position's
+        rounds stay a period apart (dht/pacing.py)."""
+        return self._quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREMENTAL and self._finger_gap >= MAX_FINGER_GAP
 
     def pick_by_proximity(self, level: int, first: Peer, current: Peer | None, probe: bool = True) -> None:
         """Finger `level` := the nearest of up to K nodes of its interval, `first` (the interval's first

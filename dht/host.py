@@ -84,7 +84,7 @@ class ChordHost:
         # the maintenance thread's requests: to our own positions answered in place (dht/local_calls.py)
         self.rpc = LocalFirst(maintenance_rpc, self.server.endpoint, self._handle)
         self.maintainers = [Maintainer(p, self.rpc, self.round_trips) for p in self.positions]
-        self.pacings = [Pacing() for _ in self.positions]
+        self.pacings = [Pacing(max_stretch=config.quiet_stretch) for _ in self.positions]
         self.probe_rpc = LocalFirst(RpcClient(timeout=timeout, retries=0, setup=setup, watch=True),
                                     self.server.endpoint, self._handle)  # the prober thread's
         self.hints: queue.Queue = queue.Queue(maxsize=HINTS)
@@ -275,9 +275,10 @@ class ChordHost:
                 for i in due:
                     if not self.stopped.is_set():
                         self._step(i, self.maintainers[i].rest_round)
-                        changed = self._links(i) != before[i]
+                        changed = self._links(i) != before[i] or not self.maintainers[i].fingers_settled
                         stretch = self.pacings[i].ran(changed=changed)
                         self.maintainers[i].paced = stretch > 1
+                        self.maintainers[i].round_periods = stretch
                         if changed:
                             self._look_again()
                         next_round[i] = last[i] + period * stretch * random.uniform(0.9, 1.1)
@@ -296,9 +297,12 @@ class ChordHost:
         return self.rpc.closings() + self.server.disconnects
 
     def _links(self, index: int) -> tuple:
+        """What a round that changed something changed: the position's predecessor, successor list and
+        fingers (a ring that has just grown is still fixing its fingers, a round at a time)."""
         position = self.positions[index]
         with position.lock:
-            return position.routing.predecessor, tuple(position.routing.successors)
+            routing = position.routing
+            return routing.predecessor, tuple(routing.successors), tuple(routing.fingers)
 
     def _leave_all(self) -> None:
         """Every position leaves, the last on the circle first: a position whose successor is one of

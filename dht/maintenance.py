@@ -25,7 +25,6 @@ from dht import wire
 from dht.client import iterative_lookup, unreachable
 from dht.fingers import FingerMaintenance
 from dht.ids import in_open, process_of
-from dht.pacing import MAX_STRETCH
 from dht.proximity import RoundTrips
 from dht.records import Change, namespace
 from dht.replication import FULL_EVERY, Replication
@@ -60,15 +59,16 @@ class MaintainedNode(Protocol):
     members: Any  # dht/membership.py Members, used under `lock`
     remembered_at_start: int  # members loaded from the data directory
     predecessor_heard: float  # monotonic time the predecessor last asked for our links
+    handed_foreign: set  # keys a hand-over gave us that others own: hand_back gives them on
 
     def write_field(self, composite: str, raw: bytes | None) -> int: ...
 
 log = logging.getLogger(__name__)
 
 MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
-PREDECESSOR_HEARD = 1.5 * MAX_STRETCH  # periods within which the predecessor's own get_links proves it
-# alive (its rounds are up to MAX_STRETCH periods apart, with 10% jitter; dht/pacing.py). A killed one
-# closes its connections, which makes us suspect it and ping it at once.
+PREDECESSOR_HEARD = 1.5  # periods (times the ring's --quiet-stretch) within which the predecessor's own
+# get_links proves it alive (its rounds are that far apart at most, with 10% jitter; dht/pacing.py). A
+# killed one closes its connections, which makes us suspect it and ping it at once.
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -109,8 +109,6 @@ class Maintainer(FingerMaintenance, Replication):
             self.replicate(full=False)
         elif kind == "stabilize":  # a node named itself as our successor: see whether it is
             self.stabilize()
-        elif kind == "hand_on":  # we were handed entries that others own
-            self._hand_back_pending = True
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self, via: list[str] | None = None) -> None:
@@ -188,7 +186,7 @@ class Maintainer(FingerMaintenance, Replication):
                        refresh=self.paced or node.rounds % self.config.refresh_every == 0)
         self.expire_records()
         node.check_policy()
-        if self._hand_back_pending:
+        if self._hand_back_pending or node.handed_foreign:
             self.hand_back()
         with node.lock:
             node.store.expire(node.rounds, self.config.replica_lease_periods,
@@ -273,7 +271,8 @@ class Maintainer(FingerMaintenance, Replication):
         suspect, self.suspect = self.suspect, False
         if pred is None:
             return
-        if not suspect and time.monotonic() - heard < PREDECESSOR_HEARD * self.config.stabilize:
+        quiet_for = PREDECESSOR_HEARD * self.config.quiet_stretch * self.config.stabilize
+        if not suspect and time.monotonic() - heard < quiet_for:
             self._pred_missed = 0
             return
         self.fresh_if_down(pred.endpoint)

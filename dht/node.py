@@ -109,6 +109,7 @@ class ChordNode:
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.links_changed_round = 0  # `rounds` when the successor or predecessor last changed
         self.predecessor_heard = float("-inf")  # when the predecessor last asked for our links (stabilize)
+        self.handed_foreign: set[str] = set()  # keys handed over to us that others own (_on_handover)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
         self.record_writes = 0  # of which changed a record: registrations, unregistrations
@@ -382,11 +383,12 @@ class ChordNode:
     def _on_handover(self, req: dict) -> dict:
         """Entries a successor (or a leaving node) gives us. While rings merge, a successor hands its new
         predecessor everything from its old one up, though nodes of the other ring that sit in between
-        own part of it: what we do not own goes on to its owner (hand_back, next round)."""
+        own part of it: what we do not own goes on to its owner (hand_back, next round; the set holds at most
+        the store's keys, and what is handed on leaves it)."""
         reply = self._on_merge(req)
         bits = self.config.bits
-        if any(not self.routing.owns(entry_key_id(e[0], bits, e[3])) for e in req["entries"]):
-            self.jobs.put(("hand_on", None))
+        owns = self.routing.owns
+        self.handed_foreign.update(e[0] for e in req["entries"] if not owns(entry_key_id(e[0], bits, e[3])))
         return reply
 
     def _on_leaving(self, req: dict) -> dict:

@@ -35,6 +35,7 @@ class NodeConfig:
     prs: bool = False  # a key the successor list covers is answered with its owner (dht/routing.py)
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
+    quiet_stretch: int = 1  # a quiet position's rounds up to this many periods apart (dht/pacing.py)
     ports: int = 0  # the events socket's port, and the first of the three ports a node's sockets
     # other than its RPC take (events, relay in, relay out: what a firewall opens); 0: free ones
     acl: Path | None = None  # a policy file (dht/policy.py): who may register and read which topics
@@ -47,6 +48,8 @@ class NodeConfig:
         check_bits(self.bits)
         for seed in self.seeds:
             wire.parse_endpoint(seed)
+        if not 1 <= self.quiet_stretch <= 8:
+            raise ValueError(f"quiet_stretch must be 1..8 periods, got {self.quiet_stretch}")
         if self.probe_every is not None and not 0 <= self.probe_every <= 3600:
             raise ValueError("probe-every must be between 0 (never) and 3600 seconds")
         if not 0 <= self.port < 65536:

@@ -119,6 +119,10 @@ class Replication:
                 return
             start = self.routing.successor.endpoint
             foreign = node.store.select(lambda k: not self.routing.owns(k))
+            if not self._hand_back_pending:  # only what hand-overs gave us, not the replicas we keep
+                node.handed_foreign.intersection_update(e[0] for e in foreign)  # (gone, or ours by now)
+                foreign = [e for e in foreign if e[0] in node.handed_foreign]
+            handing = {e[0] for e in foreign}
         by_owner: dict[str, list[EntryTuple]] = {}
         covered: tuple[int, Peer] | None = None  # (k, successor(k)): no node in [k, owner), so one lookup serves all
         for k, entry in sorted((entry_key_id(e[0], self.config.bits, e[3]), e) for e in foreign):
@@ -130,9 +134,12 @@ class Replication:
             if covered[1] != self.me:
                 by_owner.setdefault(covered[1].endpoint, []).append(entry)
         if all(self.push(endpoint, "handover", entries) for endpoint, entries in by_owner.items()):
+            if self._hand_back_pending:
+                log.info("%s handed %d restored entries back to %d owners", self.me.endpoint,
+                         sum(map(len, by_owner.values())), len(by_owner))
             self._hand_back_pending = False
-            log.info("%s handed %d restored entries back to %d owners", self.me.endpoint,
-                     sum(map(len, by_owner.values())), len(by_owner))
+            with node.lock:
+                node.handed_foreign -= handing
 
     def push(self, endpoint: str, op: str, entries: list[EntryTuple]) -> bool:
         ok = True
