@@ -41,7 +41,7 @@ def test_a_run_round_trips_and_a_run_of_one_is_a_plain_envelope():
 
 
 @pytest.mark.parametrize("fields, why", [
-    ([1, "t", "p", 1, [1, 2], [b"a"]], "lengths differ"),
+    ([1, "t", "p", 1, [1, 2, 3], [b"a", b"b"]], "lengths differ"),
     ([1, "t", "p", 1, [1], [b"a"]], "a run of one is a plain envelope"),
     ([1, "t", "p", 1, [1] * (MAX_RUN + 1), [b"a"] * (MAX_RUN + 1)], "longer than a run may be"),
     ([1, "t", "p", 1, [1, 2], [b"a", "b"]], "a payload that is not bytes"),
