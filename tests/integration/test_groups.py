@@ -6,8 +6,7 @@ processes, real Clients; members that are killed or restarted are processes of t
 To see them fail: make `GroupDispatch._most_free` return any member with free credit regardless of
 prefetch (`m.free > -1`): a slow member then holds more than its prefetch; make `GroupDispatch.leave`
 keep what the member held (nothing taken back): a killed member's messages never go on to another
-member, and the test's wait for them times out; make `GroupDispatch._take_back` queue each message it
-takes back twice: the killed member's messages go to both live members; make `GroupDispatch.target` ignore
+member, and the test's wait for them times out; make `GroupDispatch.target` ignore
 `_pinned`: a key's messages overtake each other when members change.
 
 Long because the groups' acceptance tests share one ring and one set of worker helpers; each
