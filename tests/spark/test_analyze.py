@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from traces.spark import ACCURACY, analyze
+from traces.spark import ACCURACY, QUICK_JVM, analyze
 from traces.writer import JsonlWriter, ParquetWriter, make_run_dir
 
 pytestmark = pytest.mark.spark
@@ -173,8 +173,10 @@ def test_the_same_job_runs_under_spark_submit(tmp_path):
     submit = Path(sys.executable).with_name("spark-submit")
     assert submit.exists(), "pyspark's spark-submit should be installed beside the interpreter"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    proc = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "traces" / "report.py"), str(run_dir),
-                           "--json"], capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL)
+    # a small job's driver: the quick JVM options session() gives a local one (spark-submit starts the JVM itself)
+    proc = subprocess.run([str(submit), "--master", "local[1]", "--driver-java-options", QUICK_JVM,
+                           str(ROOT / "traces" / "report.py"), str(run_dir), "--json"],
+                          capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["lookups"]
     assert row["run"] == "submit" and row["count"] == 200
