@@ -15,7 +15,8 @@ CurveZMQ knows its principal by name (dht/curve.py's ZAP handler names it). The 
     allow = ["staff/*"]
 
 Topics are split into levels on "/"; in a pattern `*` matches exactly one level and `>` one or more
-trailing levels (only as the last level); any other level matches itself. A principal's rules are its
+trailing levels (only as the last level); any other level matches itself: the subscriptions' grammar
+(dht/subjects.py), MQTT's `+` and `#` included. A principal's rules are its
 own and those of every group it belongs to; a `deny` that matches wins over any `allow`; with a policy
 loaded, what no rule allows is denied (the default that Kafka's KAFKA-14435 shows must not be "allow").
 Pure: no sockets, no clocks (pubsub/ and dht/node.py check it where the bytes flow; `PolicyFile`
@@ -28,6 +29,9 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from dht import subjects
+from dht.subjects import PatternError
 
 OPS = ("publish", "subscribe")
 _NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")  # as key names (dht/curve.py)
@@ -57,12 +61,7 @@ class Rule:
         return f'{self.owner}.{self.op}.{self.kind} "{self.pattern}"'
 
     def matches(self, topic_levels: list[str]) -> bool:
-        for i, p in enumerate(self.levels):
-            if p == ">":
-                return len(topic_levels) > i
-            if i >= len(topic_levels) or (p != "*" and p != topic_levels[i]):
-                return False
-        return len(topic_levels) == len(self.levels)
+        return subjects.matches_levels(self.levels, topic_levels)
 
 
 @dataclass(frozen=True)
@@ -76,15 +75,11 @@ class Decision:
 
 
 def parse_pattern(pattern: object, where: str) -> tuple[str, ...]:
-    if not isinstance(pattern, str) or not pattern or "\x00" in pattern:
-        raise PolicyError(f"{where}: a pattern is a non-empty string, got {pattern!r}")
-    levels = tuple(pattern.split("/"))
-    for i, level in enumerate(levels):
-        if ("*" in level or ">" in level) and level not in ("*", ">"):
-            raise PolicyError(f"{where}: bad pattern {pattern!r}: * and > stand for whole levels")
-        if level == ">" and i != len(levels) - 1:
-            raise PolicyError(f"{where}: bad pattern {pattern!r}: > only as the last level")
-    return levels
+    """A rule's pattern in the subscriptions' grammar (dht/subjects.py)."""
+    try:
+        return subjects.parse(pattern)  # type: ignore[arg-type]
+    except PatternError as exc:
+        raise PolicyError(f"{where}: bad pattern: {exc}") from None
 
 
 class Policy:
