@@ -38,6 +38,7 @@ from dht import wire
 from dht.address import resolve
 from dht.client import DhtError, contact
 from dht.rpc_server import RpcServer
+from dht.subjects import check_subscribable, is_pattern
 from dht.transport import Reply
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
@@ -55,10 +56,12 @@ from pubsub.envelope import DEFAULT_PRIORITY
 from pubsub.group_client import join_group, settle_groups
 from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
+from pubsub.pattern_client import subscribe_pattern, unsubscribe_pattern
+from pubsub.patterns import PatternWatches
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
 from pubsub.publisher import Publisher, refuse
-from pubsub.publishing import PublishingSide, check_topic, literal_note
+from pubsub.publishing import PublishingSide, check_topic
 from pubsub.registrar import Registrar
 from pubsub.registration import Registration, subscriber_value
 from pubsub.service import SERVICE_SCHEMAS
@@ -155,6 +158,7 @@ class Client:
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id,
                              receive_hwm=receive_hwm)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
+            self.patterns = PatternWatches(self.id, self.registrar.register, self.registrar.unregister)
             self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
                                        heartbeat, timeout, self._check_open)
             contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
@@ -255,9 +259,19 @@ class Client:
         callback thread, so that slow work never holds the io loop (its acks and lease renewals)."""
         self._check_open()
         check_topic(topic)
+        check_subscribable(topic)
         check_mode(mode)
         if batch and callback is None:
             raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
+        if is_pattern(topic):
+            if group is not None or durable is not None:
+                raise ValueError("a pattern subscription is plain or reliable; groups and durable names take "
+                                 "exact topics")
+            if history_policy not in HISTORY_POLICIES:
+                raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not "
+                                 f"{history_policy!r}")
+            return subscribe_pattern(self, topic, history, reliable, mode, callback, timeout, pending_limit,
+                                     history_policy, batch)
         if group is not None:
             if batch:
                 raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
@@ -267,8 +281,6 @@ class Client:
             raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
         if history_policy not in HISTORY_POLICIES:
             raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
-        if literal_note(topic):
-            log.warning("%s", literal_note(topic))
         positions = None
         if durable is not None:
             if self.data is None:
@@ -349,10 +361,13 @@ class Client:
             handle = self._subscriptions.pop(topic, None)
         if handle is None:
             return
+        if handle.pattern is not None:
+            unsubscribe_pattern(self, handle)
+            return
         detached = threading.Event()
 
         def detach() -> None:
-            self.io.detach(topic)
+            self.io.detach(topic, handle=handle)
             detached.set()
 
         if threading.current_thread() is self.io.thread:

@@ -68,6 +68,8 @@ class Subscription:
         # a consumer group's member acks each message its callback returned from (or get() moved past)
         self.acks_each = bool(getattr(state, "group", None)) and state.auto_ack  # type: ignore[union-attr]
         self.group = getattr(state, "group", None)
+        self.pattern: object | None = None  # a pattern subscription's follower (pubsub/patterns.py)
+        self.pattern_record: str | None = None  # and the prefix record it is placed at
 
     # -- the application's side ------------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Message | None:

@@ -80,6 +80,7 @@ class IoLoop:
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
         self.handles: dict[str, Subscription] = {}
+        self.shared: dict[str, list[Subscription]] = {}  # further subscriptions a topic's messages go to
         self.direct = Connections(lambda: self.subs.get("direct"))  # to each matched publisher's PUB
         self.relays = Pointers(Connections(lambda: self.subs.get("relay")))  # topic -> its owner's relay
         self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
@@ -263,6 +264,8 @@ class IoLoop:
         if ts.deliveries:
             messages, ts.deliveries = ts.deliveries, []
             self.handles[ts.topic].deliver(messages)
+            for other in self.shared.get(ts.topic, ()):
+                other.deliver(messages)
             if self.on_delivered is not None:
                 self.on_delivered(ts.mode, messages)
         while ts.fetches:
@@ -377,8 +380,18 @@ class IoLoop:
     # -- subscriptions (called on this thread through `call`) ----------------------------------------
     def attach(self, ts: TopicState, handle: Subscription, publishers: list[PublisherEntry],
                relay: str | None, future: Future, confirm_timeout: float) -> None:
-        """Start receiving `ts.topic`; `future` gets `handle` once the known publishers confirmed."""
+        """Start receiving `ts.topic`; `future` gets `handle` once the known publishers confirmed. A topic
+        received already (for another subscription: an exact one and patterns, or several patterns) is
+        delivered to this one too, on the terms it was first followed with."""
         topic = ts.topic
+        held = self.topics.get(topic)
+        if held is not None:
+            if (held.reliable, held.history) != (ts.reliable, ts.history):
+                log.warning("%s: followed already (reliable=%s, history=%d); this subscription gets it on "
+                            "those terms", topic, held.reliable, held.history)
+            self.shared.setdefault(topic, []).append(handle)
+            future.set_result(handle)
+            return
         self.topics[topic] = ts
         self.handles[topic] = handle
         if ts.mode not in self.subs:
@@ -431,10 +444,28 @@ class IoLoop:
             return
         self.relays.point(topic, endpoint)
 
-    def detach(self, topic: str) -> None:
-        """Stop receiving `topic`: nothing of it is delivered after this."""
+    def detach(self, topic: str, close: bool = True, handle: Subscription | None = None) -> None:
+        """Stop receiving `topic` for `handle` (by default the subscription that follows it first): nothing
+        of it is delivered there after this. `close=False` leaves the subscription open (a pattern's,
+        which other topics still feed). The topic is still received while another subscription wants it."""
         if topic in self.members.states:
             self.members.detach(topic)
+            return
+        others = self.shared.get(topic, [])
+        if handle is not None and handle in others:
+            others.remove(handle)
+            if not others:
+                del self.shared[topic]
+            if close:
+                handle.close()
+            return
+        if others and (handle is None or handle is self.handles.get(topic)):
+            first = self.handles[topic]
+            self.handles[topic] = others.pop(0)
+            if not others:
+                del self.shared[topic]
+            if close:
+                first.close()
             return
         ts = self.topics.pop(topic, None)
         handle = self.handles.pop(topic, None)
@@ -449,7 +480,7 @@ class IoLoop:
         self.confirmations.cancel(topic)
         for key in [k for k in self._acked if k[0] == topic]:
             del self._acked[key]
-        if handle is not None:
+        if handle is not None and close:
             handle.close()
 
     # -- the end -----------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from dht.client import DhtError
+from dht.subjects import announced_at, check_publishable
 from pubsub.archive import ArchiveFeed
-from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB
+from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.group_client import expect_groups
 from pubsub.history import RetentionBounds
+from pubsub.patterns import WATCHER, announce_field, announce_value, watchers_of
 from pubsub.publication import Publication, check_mode
 from pubsub.publishing import PublishingSide, check_topic
 from pubsub.registrar import Registrar
@@ -58,7 +60,7 @@ class Publisher:
         """Register as a publisher of `topic` (pubsub/client.py's Client.advertise says what the terms mean);
         returns once the owner holds the registration."""
         self._check_open()
-        check_topic(topic)
+        check_publishable(check_topic(topic))
         defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
         bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
                                  defaults.seconds if retain_seconds is None else retain_seconds,
@@ -105,6 +107,7 @@ class Publisher:
                            on_refused=lambda _r, err: refuse(placed, err),
                            count=f"{SUB}{mode}/")
         self.registrar.call(lambda: self.registrar.register(reg))
+        watchers = self._announce(topic, entry) if mode == "direct" else []
         if archive:
             feed = ArchiveFeed(pub, self.publishing.lock)
             self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
@@ -120,8 +123,27 @@ class Publisher:
             raise
         if mode == "direct":
             expect_groups(self.publishing, topic, fields)
+        for found in watchers:  # pattern subscribers the prefix records know of wait for this topic too
+            try:
+                subscribers += found.result(max(0.0, deadline - time.monotonic()))
+            except (FutureTimeout, PermissionError):
+                pass  # no word from a prefix record: pattern subscribers learn of the topic when it places it
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
                             min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
+
+    def _announce(self, topic: str, entry: PublisherEntry) -> list[Future]:
+        """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
+        clients whose patterns there match it."""
+        found = []
+        for record in announced_at(topic):
+            counted: Future = Future()
+            reg = Registration(record, announce_field(self.id, topic), announce_value(topic, entry), watch=False,
+                               read=WATCHER,
+                               on_placed=lambda r, c=counted: c.set_result(watchers_of(r.fields or {}, topic)),
+                               on_refused=lambda _r, err, c=counted: refuse(c, err))
+            self.registrar.call(lambda reg=reg: self.registrar.register(reg))
+            found.append(counted)
+        return found
 
     def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
         """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,

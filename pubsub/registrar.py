@@ -88,7 +88,7 @@ class Registrar:
         self.regs[reg.key] = reg
         if reg.watch:
             self.watching[reg.topic] = reg
-            self.events.setsockopt(zmq.SUBSCRIBE, events_topic(reg.topic, PUB))
+            self.events.setsockopt(zmq.SUBSCRIBE, events_topic(reg.topic, reg.namespace))
 
     def unregister(self, topic: str, name: str) -> None:
         """Drop the field at once (not at lease expiry); a dead ring just lets the lease run out."""
@@ -115,7 +115,7 @@ class Registrar:
     def _forget(self, reg: Registration) -> None:
         if reg.watch and self.watching.get(reg.topic) is reg:
             del self.watching[reg.topic]
-            self.events.setsockopt(zmq.UNSUBSCRIBE, events_topic(reg.topic, PUB))
+            self.events.setsockopt(zmq.UNSUBSCRIBE, events_topic(reg.topic, reg.namespace))
         self._leave_owner(reg)
 
     def _delete(self, regs: list[Registration]) -> None:
@@ -226,7 +226,7 @@ class Registrar:
             if reg.count is not None:
                 item["count"] = reg.count
         if reg.watch:
-            item["read"] = PUB
+            item["read"] = reg.namespace
             if reg.archive_read:
                 item["names"] = LOG
         elif reg.read is not None and not reg.placed:
@@ -242,7 +242,8 @@ class Registrar:
             if reg.placed and reg.owner is not None:
                 by_owner.setdefault(reg.owner, []).append(reg)
         if by_owner:
-            requests = {owner: [{"k": r.topic, "f": r.name, "op": "renew", **({"epoch": PUB} if r.watch else {})}
+            requests = {owner: [{"k": r.topic, "f": r.name, "op": "renew",
+                                 **({"epoch": r.namespace} if r.watch else {})}
                                 for r in group] for owner, group in by_owner.items()}
             self.renewals += len(requests)
             replies = self.dht.records_at_each(requests, timeout=self.heartbeat)
@@ -357,8 +358,11 @@ class Registrar:
 
     # -- publishers ------------------------------------------------------------------------------------
     def _set_publishers(self, reg: Registration, fields: object, epoch: object) -> None:
-        entries = publishers_from_fields(fields if isinstance(fields, dict) else {})
-        reg.publishers = {e.id: e for e in entries}
+        fields = {k: v for k, v in fields.items() if isinstance(k, str)} if isinstance(fields, dict) else {}
+        if reg.namespace == PUB:
+            reg.publishers = {e.id: e for e in publishers_from_fields(fields)}
+        else:
+            reg.fields = fields
         reg.epoch = epoch if isinstance(epoch, int) else None
         if reg.on_publishers is not None:
             reg.on_publishers(reg)
@@ -388,10 +392,17 @@ class Registrar:
         if reg.epoch is None or prev != reg.epoch:
             reg.need_read = True  # made from a state we never saw: we missed a change, so read it whole
             return False
-        for name in dels:
+        if reg.namespace != PUB:
+            held = reg.fields if reg.fields is not None else {}
+            for name in dels:
+                held.pop(name, None)
+            held.update({k: v for k, v in sets.items() if isinstance(k, str) and k.startswith(reg.namespace)})
+            reg.fields = held
+        for name in dels if reg.namespace == PUB else ():
             if isinstance(name, str) and name.startswith(PUB):
                 reg.publishers.pop(name[len(PUB):], None)
-        for entry in publishers_from_fields({k: v for k, v in sets.items() if isinstance(k, str)}):
+        for entry in publishers_from_fields({k: v for k, v in sets.items() if isinstance(k, str)}
+                                            if reg.namespace == PUB else {}):
             reg.publishers[entry.id] = entry
         reg.epoch = epoch
         if reg.on_publishers is not None:

@@ -21,6 +21,7 @@ class Registration:
     name: str  # "pub/<client id>" or "sub/<mode>/<client id>"
     value: bytes
     watch: bool  # a subscription: read the publishers, and listen for their changes
+    namespace: str = "pub/"  # what a watch reads and listens to: the publishers, or a prefix record's topics
     relay_service: str | None = None  # "relay_in" (a relay publication) or "relay_out" (subscription)
     on_placed: Callable[[Registration], None] | None = None  # once, when first placed
     on_publishers: Callable[[Registration], None] | None = None  # whenever the publishers change
@@ -42,7 +43,8 @@ class Registration:
     archived: dict[str, ArchivedPublisher] = field(default_factory=dict)  # from the archive's segment names
     mode: str = "direct"
     read: str | None = None  # a publication: read these fields of the record when placed (its groups)
-    fields: dict | None = None  # what that read found
+    fields: dict | None = None  # what that read found (and, watching another namespace than the publishers',
+    # that namespace's fields as they change)
 
     def all_publishers(self, owed: Callable[[str], bool] | None = None) -> list[PublisherEntry]:
         """The registered publishers, and the archived ones no longer registered (served from the

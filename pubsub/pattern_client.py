@@ -1,0 +1,116 @@
+"""What a Client does for a pattern subscription (`subscribe("sensors/*/temp")`): it places the
+pattern at its prefix record (pubsub/patterns.py) and follows each topic the record announces that
+the pattern matches, as the io loop follows an exact topic, into the one `Subscription` the
+application holds. It knows the Client only as a `PatternHost` (it never imports the Client).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Protocol
+
+from dht.client import DhtError
+from dht.subjects import parse, pattern_record
+from pubsub.delivery import Dispatcher, Subscription
+from pubsub.directory import PublisherEntry
+from pubsub.message import Message
+from pubsub.patterns import MAX_PATTERNS, PatternFollower, PatternWatches
+from pubsub.subscription import HELD_LIMIT, TopicState
+
+
+class PatternHost(Protocol):
+    """What pattern subscriptions use of their client (pubsub/client.py's Client)."""
+
+    id: str
+    via: str
+    timeout: float
+    io: Any  # pubsub/io_loop.py IoLoop
+    registrar: Any  # pubsub/registrar.py Registrar
+    patterns: PatternWatches
+    _lock: threading.Lock
+    _subscriptions: dict[str, Subscription]
+    _dispatcher: Dispatcher | None
+    _callback_thread: bool
+
+    def unsubscribe(self, topic: str) -> None: ...
+
+    def _dead_letter(self, letter: Any) -> None: ...
+
+
+def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable: bool, mode: str,
+                      callback: Callable[[Message], None] | None, timeout: float | None, pending_limit: int,
+                      history_policy: str, batch: bool) -> Subscription:
+    """`Client.subscribe` of a pattern: returns once the topics its prefix record announces now are
+    followed, each with its known publishers' filters in place."""
+    levels = parse(pattern)
+    record = pattern_record(levels)
+    if mode != "direct":
+        raise ValueError("a pattern subscription connects to each matching topic's publishers: mode must be direct")
+    state = TopicState(pattern, client.id, history, reliable, mode, None, history_policy,
+                       held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
+    with client._lock:
+        if pattern in client._subscriptions:
+            raise ValueError(f"already subscribed to {pattern!r} (unsubscribe first to change the terms)")
+        if sum(1 for s in client._subscriptions.values() if s.pattern is not None) >= MAX_PATTERNS:
+            raise ValueError(f"a client follows at most {MAX_PATTERNS} patterns")
+        if callback is not None and client._callback_thread and client._dispatcher is None:
+            client._dispatcher = Dispatcher(client.id)
+        handle = Subscription(pattern, state, client.unsubscribe, callback, client._dispatcher, pending_limit,
+                              wake=client.io.wake, on_dead_letter=client._dead_letter, batch=batch)
+        client._subscriptions[pattern] = handle
+    wait = client.timeout if timeout is None else timeout
+    confirming: list[Future] = []
+
+    def attach(topic: str, entries: list[PublisherEntry]) -> None:
+        ts = TopicState(topic, client.id, history, reliable, mode, None, history_policy,
+                        held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
+        done: Future = Future()
+        confirming.append(done)
+        client.io.call(lambda: client.io.attach(ts, handle, entries, None, done, wait))
+
+    def update(topic: str, entries: list[PublisherEntry]) -> None:
+        client.io.call(lambda: client.io.set_publishers(topic, entries))
+
+    def detach(topic: str) -> None:
+        client.io.call(lambda: client.io.detach(topic, close=False, handle=handle))
+
+    follower = PatternFollower(pattern, attach, update, detach)
+    handle.pattern = follower
+    handle.pattern_record = record
+    client.registrar.call(lambda: client.patterns.add(record, follower))
+    if threading.current_thread() is client.io.thread:
+        return handle
+    try:
+        follower.first_read.result(wait)
+        for done in list(confirming):
+            done.result(wait)
+    except FutureTimeout:
+        client.unsubscribe(pattern)
+        raise DhtError(f"could not subscribe to {pattern!r} via {client.via} within {wait:g}s") from None
+    return handle
+
+
+def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:
+    """Stop following the pattern's topics, and drop it from its prefix record."""
+    follower: PatternFollower = handle.pattern  # type: ignore[assignment]
+    done = threading.Event()
+
+    def leave() -> None:
+        client.patterns.remove(handle.pattern_record, follower.pattern)
+        topics = list(follower.topics)
+        follower.topics.clear()
+
+        def detach_all() -> None:
+            for topic in topics:
+                client.io.detach(topic, close=False, handle=handle)
+            done.set()
+
+        client.io.call(detach_all)
+
+    client.registrar.call(leave)
+    handle.close()
+    if threading.current_thread() not in (client.registrar.thread, client.io.thread):
+        done.wait(client.timeout)

@@ -1,0 +1,163 @@
+"""Pattern subscriptions (`subscribe("sensors/*/temp")`): where a pattern learns its topics, and how a
+publisher learns that a pattern is waiting for a topic of its.
+
+The meeting point is a *prefix record* on the ring (dht/subjects.py): a publisher announces each topic
+it publishes at the prefix records of the topic's first levels, as a leased field
+`top/<publisher id>/<topic id>` whose value names the topic and carries the same publisher entry as
+the topic's own record (endpoints, terms). A pattern subscriber keeps one leased field `pat/<client
+id>` at the prefix record of each literal prefix it follows, listing its patterns there, and watches
+the record's `top/` namespace: the topics announced there (read when placed, then every change on the
+owner's events socket) are the publishers it connects to, each matching topic followed as an exact
+topic is (its own per-topic state, repairs and histories), all delivered to the one subscription.
+No node sees every subscription, and a record's fields are placed, renewed, replicated, handed over
+and expired like every other registration.
+
+A publisher announcing a topic reads the record's `pat/` fields in the same request, and counts the
+clients whose patterns match: `advertise()` then waits for their filters as for exact subscribers, so
+the first message on a brand-new topic reaches a pattern subscriber that is already listening.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import msgpack
+
+from dht.ids import key_id
+from dht.subjects import matches, parse
+from pubsub.directory import PublisherEntry
+from pubsub.registration import Registration
+
+log = logging.getLogger(__name__)
+
+ANNOUNCE = "top/"  # "top/<publisher id>/<topic id, hex>": a topic announced at a prefix record
+WATCHER = "pat/"  # "pat/<client id>": a client's patterns at a prefix record
+MAX_PATTERNS = 256  # pattern subscriptions per client
+MAX_TOPICS_PER_PATTERN = 100_000  # topics one pattern subscription follows at most (then it warns)
+
+
+def announce_field(client_id: str, topic: str) -> str:
+    return f"{ANNOUNCE}{client_id}/{key_id(topic):x}"
+
+
+def announce_value(topic: str, entry: PublisherEntry) -> bytes:
+    return msgpack.packb({"t": topic, "p": entry.to_bytes()}, use_bin_type=True)
+
+
+def announced(fields: dict) -> dict[str, list[PublisherEntry]]:
+    """Topic -> its publishers, from a prefix record's `top/` fields (malformed ones skipped)."""
+    out: dict[str, list[PublisherEntry]] = {}
+    for name, raw in fields.items():
+        if not (isinstance(name, str) and name.startswith(ANNOUNCE) and isinstance(raw, bytes)):
+            continue
+        try:
+            d = msgpack.unpackb(raw, raw=False)
+            topic, entry = d["t"], PublisherEntry.from_bytes(d["p"])
+            if not isinstance(topic, str) or name != announce_field(entry.id, topic):
+                raise ValueError("the name does not match the topic and publisher")
+        except Exception as exc:  # noqa: BLE001 - any malformed field is skipped, said once in the log
+            log.warning("ignoring %s: %s", name, exc)
+            continue
+        out.setdefault(topic, []).append(entry)
+    for entries in out.values():
+        entries.sort(key=lambda e: e.id)
+    return out
+
+
+def watcher_value(patterns: list[str]) -> bytes:
+    return msgpack.packb(sorted(patterns), use_bin_type=True)
+
+
+def watchers_of(fields: dict, topic: str) -> int:
+    """How many clients' `pat/` fields hold a pattern matching `topic`: the filters a publisher of it
+    can expect."""
+    n = 0
+    for name, raw in fields.items():
+        if not (isinstance(name, str) and name.startswith(WATCHER) and isinstance(raw, bytes)):
+            continue
+        try:
+            patterns = msgpack.unpackb(raw, raw=False)
+            n += any(matches(parse(p), topic) for p in patterns[:MAX_PATTERNS])
+        except Exception:  # noqa: BLE001 - a malformed field counts for nobody
+            continue
+    return n
+
+
+class PatternFollower:
+    """One pattern subscription: the topics it follows now, kept equal to what its prefix record
+    announces (registrar thread in, io loop out)."""
+
+    def __init__(self, pattern: str, attach: Callable[[str, list[PublisherEntry]], None],
+                 update: Callable[[str, list[PublisherEntry]], None], detach: Callable[[str], None]) -> None:
+        self.pattern = pattern
+        self.levels = parse(pattern)
+        self._attach, self._update, self._detach = attach, update, detach
+        self.topics: dict[str, list[PublisherEntry]] = {}
+        self.first_read: Future = Future()
+
+    def announced(self, fields: dict) -> None:
+        found = {t: es for t, es in announced(fields).items() if matches(self.levels, t)}
+        for topic in [t for t in self.topics if t not in found]:
+            del self.topics[topic]  # its publishers are gone past their leases
+            self._detach(topic)
+        for topic, entries in found.items():
+            held = self.topics.get(topic)
+            if held == entries:
+                continue
+            if held is None:
+                if len(self.topics) >= MAX_TOPICS_PER_PATTERN:
+                    log.warning("%s follows %d topics already (its bound); %r is not followed",
+                                self.pattern, MAX_TOPICS_PER_PATTERN, topic)
+                    continue
+                self.topics[topic] = entries
+                self._attach(topic, entries)
+            else:
+                self.topics[topic] = entries
+                self._update(topic, entries)
+        if not self.first_read.done():
+            self.first_read.set_result(sorted(self.topics))
+
+
+class PatternWatches:
+    """A client's `pat/` fields, one per prefix record, each listing the client's patterns there, and the
+    followers each record's announcements go to. Registrar thread only, but for `add` and `remove`,
+    which hand their work to it."""
+
+    def __init__(self, client_id: str, register: Callable[[Registration], None],
+                 unregister: Callable[[str, str], None]) -> None:
+        self.client_id = client_id
+        self._register, self._unregister = register, unregister
+        self.followers: dict[str, dict[str, PatternFollower]] = {}  # record -> pattern -> follower
+        self.lock = threading.Lock()
+
+    def add(self, record: str, follower: PatternFollower) -> None:
+        with self.lock:
+            at = self.followers.setdefault(record, {})
+            at[follower.pattern] = follower
+            patterns = list(at)
+        self._register(self._watch(record, patterns))
+
+    def remove(self, record: str, pattern: str) -> None:
+        with self.lock:
+            at = self.followers.get(record, {})
+            at.pop(pattern, None)
+            patterns = list(at)
+            if not at:
+                self.followers.pop(record, None)
+        if patterns:
+            self._register(self._watch(record, patterns))
+        else:
+            self._unregister(record, WATCHER + self.client_id)
+
+    def _watch(self, record: str, patterns: list[str]) -> Registration:
+        def changed(reg: Registration) -> None:
+            with self.lock:
+                followers = list(self.followers.get(record, {}).values())
+            for f in followers:
+                f.announced(reg.fields or {})
+
+        return Registration(record, WATCHER + self.client_id, watcher_value(patterns), watch=True,
+                            namespace=ANNOUNCE, on_placed=changed, on_publishers=changed)

@@ -1,0 +1,85 @@
+"""Pattern subscriptions over the ring (pubsub/patterns.py): a pattern placed at its prefix record
+learns the topics publishers announce there, old and new, and receives exactly what it matches."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+from tests.conftest import start_module_ring
+
+HB = 0.3
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "wildcard-ring", 3)
+
+
+def drain(sub, got: list, n: int, timeout: float = 20) -> None:  # noqa: ANN001
+    def enough() -> bool:
+        for _ in range(1000):
+            if (m := sub.get(timeout=0.05)) is None:
+                break
+            got.append(m)
+        return len(got) >= n
+
+    wait_for(enough, timeout, what=f"{n} messages (have {len(got)})")
+
+
+def test_a_pattern_receives_exactly_the_topics_it_matches_and_a_topic_that_appears_later(ring):
+    """Publishers of device topics dev/<i>/temp and dev/<i>/hum; `dev/*/temp` gets every temp message
+    and no hum, `dev/>` everything, reliable ones each topic in order from its first message, and a
+    device that appears after the subscribers from its first message on.
+
+    To see it fail, make the publisher announce nothing (`announced_at` returning []): the patterns
+    then learn of no topic."""
+    via = ring.nodes[0].endpoint
+    devices, each = 20, 5
+    with Client(via, heartbeat=HB) as a, Client(via, heartbeat=HB) as b, Client(via, heartbeat=HB) as sub:
+        for i in range(devices):
+            pub = a if i % 2 else b
+            pub.advertise(f"dev/{i}/temp", reliable=True)
+            pub.advertise(f"dev/{i}/hum", reliable=True)
+        temp = sub.subscribe("dev/*/temp", reliable=True)
+        everything = sub.subscribe("dev/#", reliable=True)  # MQTT's spelling of dev/>
+        for n in range(each):
+            for i in range(devices):
+                pub = a if i % 2 else b
+                pub.publish(f"dev/{i}/temp", f"t{n}")
+                pub.publish(f"dev/{i}/hum", f"h{n}")
+        got_temp: list = []
+        got_all: list = []
+        drain(temp, got_temp, devices * each)
+        drain(everything, got_all, 2 * devices * each)
+        with Client(via, heartbeat=HB) as newcomer:  # a device that appears while they listen
+            for n in range(each):
+                newcomer.publish("dev/new/temp", f"t{n}")
+            drain(temp, got_temp, (devices + 1) * each)
+            drain(everything, got_all, (2 * devices + 1) * each)
+        assert temp.get(timeout=0.3) is None, "nothing more than the temp messages"
+    assert {m.topic for m in got_temp} == {f"dev/{i}/temp" for i in range(devices)} | {"dev/new/temp"}
+    assert len(got_all) == (2 * devices + 1) * each
+    assert Counter(m.topic for m in got_all) == Counter(
+        {**{f"dev/{i}/{k}": each for i in range(devices) for k in ("temp", "hum")}, "dev/new/temp": each})
+    for topic in {m.topic for m in got_temp}:
+        assert [m.text for m in got_temp if m.topic == topic] == [f"t{n}" for n in range(each)], topic
+        assert [m.seq for m in got_temp if m.topic == topic] == list(range(1, each + 1)), topic
+
+
+@pytest.mark.parametrize("bad", ["a/>/b", "a*", "x/y>", "a//*", ">", "*/temp"])
+def test_a_bad_pattern_is_refused_with_one_line(ring, bad):
+    with Client(ring.nodes[0].endpoint, heartbeat=HB) as c, pytest.raises(ValueError) as err:
+        c.subscribe(bad)
+    assert "\n" not in str(err.value) and bad in str(err.value)
+
+
+def test_a_topic_with_a_wildcard_level_cannot_be_published(ring):
+    with Client(ring.nodes[0].endpoint, heartbeat=HB) as c:
+        for topic in ("dev/*/temp", "dev/>", "dev/+"):
+            with pytest.raises(ValueError, match="wildcard level"):
+                c.publish(topic, b"x")
+        assert c.publications == {}
