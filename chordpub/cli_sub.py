@@ -63,7 +63,8 @@ def _printer(fmt: str, several: bool):  # noqa: ANN202 - (Message) -> None
 @clean_errors
 def sub(
     via: str = typer.Option(..., help="Any node of the ring, H:P."),
-    topic: list[str] = typer.Option(..., help="A topic to follow; give it several times to follow several."),
+    topic: list[str] = typer.Option(..., help="A topic or a pattern to follow (levels split on /; * or + is one "
+                                    "level, a last > or # the rest); give it several times to follow several."),
     count: int = typer.Option(None, min=1, help="Stop after this many messages in all."),
     seconds: float = typer.Option(None, min=0.0, help="Stop after this many seconds."),
     history: int = typer.Option(0, min=0, help="On joining, ask each publisher for its last K messages. A "

@@ -132,12 +132,9 @@ class Subscription:
 
     @property
     def warnings(self) -> list[str]:
-        """What may keep messages from this subscription: a topic that looks like a pattern (it is taken
-        literally), publishers not matched (another mode, too little history)."""
-        from pubsub.publishing import literal_note
-
-        note = literal_note(self.topic)
-        return ([note] if note else []) + sorted(self._state.unmatched.values())
+        """What may keep messages from this subscription: publishers not matched (another mode, too
+        little history)."""
+        return sorted(self._state.unmatched.values())
 
     @property
     def active(self) -> bool:

@@ -50,16 +50,6 @@ def check_topic(topic: str) -> str:
 
 
 PUBLISH_MANY_CHUNK = 1000  # messages publish_many sends under the lock at a time
-WILDCARDS = "*#>+"  # what MQTT, NATS and AMQP subscribers would take for wildcards
-
-
-def literal_note(topic: str) -> str | None:
-    """A warning for a topic that looks like a pattern: topics are matched exactly, by their hash."""
-    used = sorted({c for c in topic if c in WILDCARDS})
-    if not used:
-        return None
-    return (f"topic {topic!r} contains {' '.join(repr(c) for c in used)}, taken literally: chordpub has no "
-            f"wildcards, so only publishers of exactly {topic!r} are delivered")
 
 
 class PublishingSide:
