@@ -47,24 +47,57 @@ def announce_value(topic: str, entry: PublisherEntry) -> bytes:
     return msgpack.packb({"t": topic, "p": entry.to_bytes()}, use_bin_type=True)
 
 
-def announced(fields: dict) -> dict[str, list[PublisherEntry]]:
-    """Topic -> its publishers, from a prefix record's `top/` fields (malformed ones skipped)."""
-    out: dict[str, list[PublisherEntry]] = {}
-    for name, raw in fields.items():
-        if not (isinstance(name, str) and name.startswith(ANNOUNCE) and isinstance(raw, bytes)):
-            continue
-        try:
-            d = msgpack.unpackb(raw, raw=False)
-            topic, entry = d["t"], PublisherEntry.from_bytes(d["p"])
-            if not isinstance(topic, str) or name != announce_field(entry.id, topic):
-                raise ValueError("the name does not match the topic and publisher")
-        except Exception as exc:  # noqa: BLE001 - any malformed field is skipped, said once in the log
-            log.warning("ignoring %s: %s", name, exc)
-            continue
-        out.setdefault(topic, []).append(entry)
-    for entries in out.values():
-        entries.sort(key=lambda e: e.id)
-    return out
+def parse_announcement(name: object, raw: object) -> tuple[str, PublisherEntry] | None:
+    """(topic, publisher) of one `top/` field, or None for anything else (a malformed one is logged)."""
+    if not (isinstance(name, str) and name.startswith(ANNOUNCE) and isinstance(raw, bytes)):
+        return None
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        topic, entry = d["t"], PublisherEntry.from_bytes(d["p"])
+        if not isinstance(topic, str) or name != announce_field(entry.id, topic):
+            raise ValueError("the name does not match the topic and publisher")
+    except Exception as exc:  # noqa: BLE001 - any malformed field is skipped, said once in the log
+        log.warning("ignoring %s: %s", name, exc)
+        return None
+    return topic, entry
+
+
+class Announcements:
+    """A prefix record's topics and their publishers, as the watch last read them and changes since:
+    each field parsed once, whatever the record's size."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, tuple[str, PublisherEntry]] = {}
+        self.by_topic: dict[str, dict[str, PublisherEntry]] = {}
+
+    def replace(self, fields: dict) -> set[str]:
+        """The record read whole; returns the topics whose publishers may have changed."""
+        touched = set(self.by_topic)
+        self.by_name.clear()
+        self.by_topic.clear()
+        return touched | self.apply(fields, [])
+
+    def apply(self, sets: dict, dels: list) -> set[str]:
+        """Fields set and deleted since; returns the topics they touch."""
+        touched = set()
+        for name in [*dels, *sets]:
+            old = self.by_name.pop(name, None)
+            if old is not None:
+                touched.add(old[0])
+                at = self.by_topic[old[0]]
+                at.pop(name, None)
+                if not at:
+                    del self.by_topic[old[0]]
+        for name, raw in sets.items():
+            found = parse_announcement(name, raw)
+            if found is not None:
+                self.by_name[name] = found
+                self.by_topic.setdefault(found[0], {})[name] = found[1]
+                touched.add(found[0])
+        return touched
+
+    def entries(self, topic: str) -> list[PublisherEntry]:
+        return sorted(self.by_topic.get(topic, {}).values(), key=lambda e: e.id)
 
 
 def watcher_value(patterns: list[str]) -> bytes:
@@ -98,23 +131,25 @@ class PatternFollower:
         self.topics: dict[str, list[PublisherEntry]] = {}
         self.first_read: Future = Future()
 
-    def announced(self, fields: dict) -> None:
-        found = {t: es for t, es in announced(fields).items() if matches(self.levels, t)}
-        for topic in [t for t in self.topics if t not in found]:
-            del self.topics[topic]  # its publishers are gone past their leases
-            self._detach(topic)
-        for topic, entries in found.items():
-            held = self.topics.get(topic)
-            if held == entries:
+    def refresh(self, topics: set[str], index: Announcements) -> None:
+        """Follow what `index` now says of `topics` (those a change touched)."""
+        for topic in topics:
+            if not matches(self.levels, topic):
                 continue
-            if held is None:
+            entries = index.entries(topic)
+            held = self.topics.get(topic)
+            if not entries:
+                if held is not None:
+                    del self.topics[topic]  # its publishers are gone past their leases
+                    self._detach(topic)
+            elif held is None:
                 if len(self.topics) >= MAX_TOPICS_PER_PATTERN:
                     log.warning("%s follows %d topics already (its bound); %r is not followed",
                                 self.pattern, MAX_TOPICS_PER_PATTERN, topic)
                     continue
                 self.topics[topic] = entries
                 self._attach(topic, entries)
-            else:
+            elif held != entries:
                 self.topics[topic] = entries
                 self._update(topic, entries)
         if not self.first_read.done():
@@ -131,6 +166,7 @@ class PatternWatches:
         self.client_id = client_id
         self._register, self._unregister = register, unregister
         self.followers: dict[str, dict[str, PatternFollower]] = {}  # record -> pattern -> follower
+        self.indexes: dict[str, Announcements] = {}  # record -> what it announces
         self.lock = threading.Lock()
 
     def add(self, record: str, follower: PatternFollower) -> None:
@@ -147,6 +183,7 @@ class PatternWatches:
             patterns = list(at)
             if not at:
                 self.followers.pop(record, None)
+                self.indexes.pop(record, None)
         if patterns:
             self._register(self._watch(record, patterns))
         else:
@@ -156,8 +193,13 @@ class PatternWatches:
         def changed(reg: Registration) -> None:
             with self.lock:
                 followers = list(self.followers.get(record, {}).values())
+            index = self.indexes.setdefault(record, Announcements())
+            if reg.delta is None:
+                touched = index.replace(reg.fields or {})
+            else:
+                touched = index.apply(*reg.delta)
             for f in followers:
-                f.announced(reg.fields or {})
+                f.refresh(touched if reg.delta is not None or f.first_read.done() else set(index.by_topic), index)
 
         return Registration(record, WATCHER + self.client_id, watcher_value(patterns), watch=True,
                             namespace=ANNOUNCE, on_placed=changed, on_publishers=changed)

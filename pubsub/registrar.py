@@ -392,12 +392,9 @@ class Registrar:
         if reg.epoch is None or prev != reg.epoch:
             reg.need_read = True  # made from a state we never saw: we missed a change, so read it whole
             return False
-        if reg.namespace != PUB:
-            held = reg.fields if reg.fields is not None else {}
-            for name in dels:
-                held.pop(name, None)
-            held.update({k: v for k, v in sets.items() if isinstance(k, str) and k.startswith(reg.namespace)})
-            reg.fields = held
+        if reg.namespace != PUB:  # the watcher keeps its own view: it gets the change alone
+            reg.delta = ({k: v for k, v in sets.items() if isinstance(k, str) and k.startswith(reg.namespace)},
+                         [n for n in dels if isinstance(n, str)])
         for name in dels if reg.namespace == PUB else ():
             if isinstance(name, str) and name.startswith(PUB):
                 reg.publishers.pop(name[len(PUB):], None)
@@ -407,4 +404,5 @@ class Registrar:
         reg.epoch = epoch
         if reg.on_publishers is not None:
             reg.on_publishers(reg)
+        reg.delta = None
         return True

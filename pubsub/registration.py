@@ -45,6 +45,7 @@ class Registration:
     read: str | None = None  # a publication: read these fields of the record when placed (its groups)
     fields: dict | None = None  # what that read found (and, watching another namespace than the publishers',
     # that namespace's fields as they change)
+    delta: tuple[dict, list] | None = None  # while on_publishers runs for a change: (set, deleted); None: a read
 
     def all_publishers(self, owed: Callable[[str], bool] | None = None) -> list[PublisherEntry]:
         """The registered publishers, and the archived ones no longer registered (served from the

@@ -83,3 +83,42 @@ def test_a_topic_with_a_wildcard_level_cannot_be_published(ring):
             with pytest.raises(ValueError, match="wildcard level"):
                 c.publish(topic, b"x")
         assert c.publications == {}
+
+
+def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactly(ring, procs):
+    """The acceptance scale: 10 publisher processes, 1,000 devices each publishing dev/<i>/temp and
+    dev/<i>/hum, 20 messages a topic. `dev/*/temp` gets exactly the 20,000 temp messages and no hum,
+    `dev/>` all 40,000, the exact `dev/7/temp` its 20; the reliable pattern each topic in order from
+    its first message."""
+    via = ring.nodes[1].endpoint
+    devices, each, processes = 1000, 20, 10
+    with Client(via, heartbeat=HB) as client:
+        temp = client.subscribe("dev/*/temp", reliable=True)
+        everything = client.subscribe("dev/>", reliable=True)
+        seven = client.subscribe("dev/7/temp")
+        for p in range(processes):
+            topics = [f"dev/{i}/{kind}" for i in range(p, devices, processes) for kind in ("temp", "hum")]
+            procs(f"pub{p}", "pub", "--via", ring.nodes[p % 3].endpoint, "--count", str(each), "--rate", "0",
+                  "--size", "16", "--reliable", "--linger", "60", *[a for t in topics for a in ("--topic", t)])
+        got: dict = {temp: [], everything: [], seven: []}
+        want = {temp: devices * each, everything: 2 * devices * each, seven: each}
+
+        def all_in() -> bool:  # drained together: a reliable subscription left full holds back the others
+            for sub, into in got.items():
+                for _ in range(2000):
+                    if (m := sub.get(timeout=0.01)) is None:
+                        break
+                    into.append(m)
+            return all(len(got[s]) >= want[s] for s in got)
+
+        wait_for(all_in, 120, what="every message to each subscription")
+        got_temp, got_all, got_seven = got[temp], got[everything], got[seven]
+        assert temp.get(timeout=0.5) is None and everything.get(timeout=0.1) is None
+    assert Counter(m.topic for m in got_temp) == Counter({f"dev/{i}/temp": each for i in range(devices)})
+    assert Counter(m.topic for m in got_all) == Counter(
+        {f"dev/{i}/{k}": each for i in range(devices) for k in ("temp", "hum")})
+    assert [m.topic for m in got_seven] == ["dev/7/temp"] * each
+    by_topic: dict[str, list[int]] = {}
+    for m in got_temp:
+        by_topic.setdefault(m.topic, []).append(m.seq)
+    assert all(seqs == list(range(1, each + 1)) for seqs in by_topic.values()), "in order from the first"
