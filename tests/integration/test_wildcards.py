@@ -9,6 +9,7 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import wait_for
+from dht.client import DhtClient
 from tests.conftest import start_module_ring
 
 HB = 0.3
@@ -39,13 +40,16 @@ def test_a_pattern_receives_exactly_the_topics_it_matches_and_a_topic_that_appea
     then learn of no topic."""
     via = ring.nodes[0].endpoint
     devices, each = 20, 5
-    with Client(via, heartbeat=HB) as a, Client(via, heartbeat=HB) as b, Client(via, heartbeat=HB) as sub:
+    with Client(via, heartbeat=HB) as a, Client(via, heartbeat=HB) as b, Client(via, heartbeat=HB) as sub, \
+            Client(via, heartbeat=HB) as watcher:
         for i in range(devices):
             pub = a if i % 2 else b
             pub.advertise(f"dev/{i}/temp", reliable=True)
             pub.advertise(f"dev/{i}/hum", reliable=True)
         temp = sub.subscribe("dev/*/temp", reliable=True)
         everything = sub.subscribe("dev/#", reliable=True)  # MQTT's spelling of dev/>
+        plain = sub.subscribe("dev/+/temp/>")  # matches none of the devices' topics
+        best_effort = watcher.subscribe("dev/new/*")  # best effort, alone in its client: no history to lean on
         for n in range(each):
             for i in range(devices):
                 pub = a if i % 2 else b
@@ -60,6 +64,11 @@ def test_a_pattern_receives_exactly_the_topics_it_matches_and_a_topic_that_appea
                 newcomer.publish("dev/new/temp", f"t{n}")
             drain(temp, got_temp, (devices + 1) * each)
             drain(everything, got_all, (2 * devices + 1) * each)
+            got_new: list = []
+            drain(best_effort, got_new, each)
+        assert [m.text for m in got_new] == [f"t{n}" for n in range(each)], \
+            "a best-effort pattern gets a new topic from its first message: the publisher waited for its filter"
+        assert plain.get(timeout=0.1) is None
         assert temp.get(timeout=0.3) is None, "nothing more than the temp messages"
     assert {m.topic for m in got_temp} == {f"dev/{i}/temp" for i in range(devices)} | {"dev/new/temp"}
     assert len(got_all) == (2 * devices + 1) * each
@@ -122,3 +131,31 @@ def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactl
     for m in got_temp:
         by_topic.setdefault(m.topic, []).append(m.seq)
     assert all(seqs == list(range(1, each + 1)) for seqs in by_topic.values()), "in order from the first"
+
+
+def test_a_new_topic_after_the_prefix_records_owner_died_still_reaches_the_pattern(ring_factory):
+    """The owner of the prefix record `dev/>` is SIGKILLed (replicas 3): its successor holds the copies
+    of the pattern's field and of the announcements, the subscriber's and the publisher's renewals
+    find the new owner, and a topic that appears after the ring healed reaches the pattern.
+
+    To see it fail, make the registrar keep a dead owner (`Registrar._lost_owner` returning at once):
+    the pattern's field stays with the dead node, and it hears of no topic after the kill."""
+    ring = ring_factory(stabilize=0.2, replicas=3)
+    ring.start(5, timeout=60)
+    ring.wait_consistent(60, fingers=True)
+    with DhtClient(ring.nodes[0].endpoint) as dht:
+        owner = dht.lookup("dev/>").owner.endpoint
+    survivor = next(n for n in ring.nodes if n.endpoint != owner).endpoint
+    with Client(survivor, heartbeat=HB) as publisher, Client(survivor, heartbeat=HB) as client:
+        sub = client.subscribe("dev/*/temp", reliable=True)
+        publisher.publish("dev/1/temp", "before")
+        got: list = []
+        drain(sub, got, 1)
+        ring.kill(next(n for n in ring.nodes if n.endpoint == owner))
+        ring.wait_consistent(60)
+        with Client(survivor, heartbeat=HB) as late:
+            late.advertise("dev/2/temp", reliable=True)
+            for n in range(5):
+                late.publish("dev/2/temp", f"after{n}")
+            drain(sub, got, 6, timeout=30)
+    assert [m.text for m in got if m.topic == "dev/2/temp"] == [f"after{n}" for n in range(5)]
