@@ -43,6 +43,7 @@ from dht.transport import Reply
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
     member_field,
+    member_value,
     subscriber_field,
     topic_info,
 )
@@ -53,10 +54,10 @@ from pubsub.dispatch import (
 )
 from pubsub.durable import DataDir, check_name
 from pubsub.envelope import DEFAULT_PRIORITY
-from pubsub.group_client import join_group, settle_groups
+from pubsub.group_client import group_terms, join_group, settle_groups
 from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
-from pubsub.pattern_client import subscribe_pattern, unsubscribe_pattern
+from pubsub.pattern_client import join_pattern_group, subscribe_pattern, unsubscribe_pattern
 from pubsub.patterns import PatternWatches
 from pubsub.positions import Positions
 from pubsub.publication import Publication, check_mode
@@ -263,10 +264,16 @@ class Client:
         check_mode(mode)
         if batch and callback is None:
             raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
+        if is_pattern(topic) and group is not None:
+            if batch:
+                raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
+            terms = group_terms(group, mode, durable, history, reliable, prefetch, ack_wait, max_deliver, ordering)
+            return join_pattern_group(self, topic, group, terms, member_value(prefetch, ordering, float(ack_wait),
+                                      max_deliver, bool(durable)), callback, timeout, pending_limit, prefetch,
+                                      auto_ack)
         if is_pattern(topic):
-            if group is not None or durable is not None:
-                raise ValueError("a pattern subscription is plain or reliable; groups and durable names take "
-                                 "exact topics")
+            if durable is not None:
+                raise ValueError("a durable subscription takes an exact topic")
             if history_policy not in HISTORY_POLICIES:
                 raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not "
                                  f"{history_policy!r}")

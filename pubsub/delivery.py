@@ -70,6 +70,7 @@ class Subscription:
         self.group = getattr(state, "group", None)
         self.pattern: object | None = None  # a pattern subscription's follower (pubsub/patterns.py)
         self.pattern_record: str | None = None  # and the prefix record it is placed at
+        self.group_pattern = False  # a consumer group's pattern: its topics are memberships, not topic states
 
     # -- the application's side ------------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Message | None:

@@ -46,9 +46,9 @@ class GroupHost(Protocol):
 log = logging.getLogger(__name__)
 
 
-def join_group(client: GroupHost, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
-               timeout: float | None, pending_limit: int, durable: object, history: int, reliable: bool,
-               prefetch: int, ack_wait: float, max_deliver: int, ordering: str, auto_ack: bool) -> Subscription:
+def group_terms(group: str, mode: str, durable: object, history: int, reliable: bool, prefetch: int,
+                ack_wait: float, max_deliver: int, ordering: str) -> GroupTerms:
+    """A member's terms, checked: ValueError naming what is wrong."""
     check_group(group)
     if mode != "direct":
         raise ValueError("consumer groups are dispatched directly by each publisher: mode must be direct")
@@ -65,7 +65,13 @@ def join_group(client: GroupHost, topic: str, group: str, mode: str, callback: C
         raise ValueError(f"ack_wait must be seconds in (0, 86400], got {ack_wait!r}")
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
-    terms = GroupTerms(ordering, float(ack_wait), max_deliver, bool(durable))
+    return GroupTerms(ordering, float(ack_wait), max_deliver, bool(durable))
+
+
+def join_group(client: GroupHost, topic: str, group: str, mode: str, callback: Callable[[Message], None] | None,
+               timeout: float | None, pending_limit: int, durable: object, history: int, reliable: bool,
+               prefetch: int, ack_wait: float, max_deliver: int, ordering: str, auto_ack: bool) -> Subscription:
+    terms = group_terms(group, mode, durable, history, reliable, prefetch, ack_wait, max_deliver, ordering)
     state = GroupMembership(topic, group, client.id, prefetch, terms, auto_ack, on_dead_letter=client._dead_letter)
     state.wake = client.io.wake
     with client._lock:

@@ -449,7 +449,7 @@ class IoLoop:
         of it is delivered there after this. `close=False` leaves the subscription open (a pattern's,
         which other topics still feed). The topic is still received while another subscription wants it."""
         if topic in self.members.states:
-            self.members.detach(topic)
+            self.members.detach(topic, close)
             return
         others = self.shared.get(topic, [])
         if handle is not None and handle in others:

@@ -188,7 +188,9 @@ class MemberLinks:
                 self._join(state, entry)
 
     # -- leaving ----------------------------------------------------------------------------------------
-    def detach(self, topic: str) -> None:
+    def detach(self, topic: str, close: bool = True) -> None:
+        """Leave the topic's group at each publisher; `close=False` leaves the subscription open (a
+        pattern's, which other topics still feed)."""
         state = self.states.pop(topic, None)
         handle = self.handles.pop(topic, None)
         if state is None:
@@ -202,7 +204,7 @@ class MemberLinks:
         waiting = self._waiting.pop(topic, None)
         if waiting is not None and not waiting[0].done():
             waiting[0].cancel()
-        if handle is not None:
+        if handle is not None and close:
             handle.close()
 
     def _send_acks_of(self, state: GroupMembership) -> None:

@@ -6,6 +6,7 @@ application holds. It knows the Client only as a `PatternHost` (it never imports
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -16,9 +17,13 @@ from dht.client import DhtError
 from dht.subjects import parse, pattern_record
 from pubsub.delivery import Dispatcher, Subscription
 from pubsub.directory import PublisherEntry
+from pubsub.dispatch import GroupTerms
+from pubsub.member import GroupMembership
 from pubsub.message import Message
 from pubsub.patterns import MAX_PATTERNS, PatternFollower, PatternWatches
 from pubsub.subscription import HELD_LIMIT, TopicState
+
+log = logging.getLogger(__name__)
 
 
 class PatternHost(Protocol):
@@ -93,6 +98,68 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     return handle
 
 
+def join_pattern_group(client: PatternHost, pattern: str, group: str, terms: GroupTerms, member_terms: bytes,
+                       callback: Callable[[Message], None] | None, timeout: float | None, pending_limit: int,
+                       prefetch: int, auto_ack: bool) -> Subscription:
+    """`Client.subscribe(pattern, group=...)`: this client joins the group on every topic the pattern
+    matches, at each of its publishers, so that each message of any of them goes to one member. The
+    pattern's field at its prefix record names the group, so a publisher of a topic that appears later
+    owes the group its messages from the first, as for a group the topic's record lists."""
+    levels = parse(pattern)
+    record = pattern_record(levels)
+    state = GroupMembership(pattern, group, client.id, prefetch, terms, auto_ack, on_dead_letter=client._dead_letter)
+    with client._lock:
+        if pattern in client._subscriptions:
+            raise ValueError(f"already subscribed to {pattern!r} (unsubscribe first to change the terms)")
+        if callback is not None and client._dispatcher is None:
+            client._dispatcher = Dispatcher(client.id)  # a group's callbacks never hold the io loop
+        handle = Subscription(pattern, state, client.unsubscribe, callback,  # type: ignore[arg-type]
+                              client._dispatcher if callback else None, max(pending_limit, prefetch),
+                              wake=client.io.wake)
+        client._subscriptions[pattern] = handle
+    wait = client.timeout if timeout is None else timeout
+    confirming: list[Future] = []
+
+    def attach(topic: str, entries: list[PublisherEntry]) -> None:
+        member = GroupMembership(topic, group, client.id, prefetch, terms, auto_ack,
+                                 on_dead_letter=client._dead_letter)
+        member.wake = client.io.wake
+        done: Future = Future()
+        confirming.append(done)
+
+        def join() -> None:
+            if topic in client.io.members.states:
+                log.warning("%s: this client is a member on topic %r already; group %r is not joined there twice",
+                            pattern, topic, group)
+                done.set_result(handle)
+                return
+            client.io.members.attach(member, handle, entries, done, wait)
+
+        client.io.call(join)
+
+    def update(topic: str, entries: list[PublisherEntry]) -> None:
+        client.io.call(lambda: client.io.members.set_publishers(topic, entries))
+
+    def detach(topic: str) -> None:
+        client.io.call(lambda: client.io.detach(topic, close=False))
+
+    follower = PatternFollower(pattern, attach, update, detach, spec={"p": pattern, "g": group, "m": member_terms})
+    handle.pattern = follower
+    handle.pattern_record = record
+    handle.group_pattern = True
+    client.registrar.call(lambda: client.patterns.add(record, follower))
+    if threading.current_thread() is client.io.thread:
+        return handle
+    try:
+        follower.first_read.result(wait)
+        for done in list(confirming):
+            done.result(wait)
+    except FutureTimeout:
+        client.unsubscribe(pattern)
+        raise DhtError(f"could not join group {group!r} of {pattern!r} via {client.via} within {wait:g}s") from None
+    return handle
+
+
 def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:
     """Stop following the pattern's topics, and drop it from its prefix record."""
     follower: PatternFollower = handle.pattern  # type: ignore[assignment]
@@ -105,7 +172,7 @@ def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:
 
         def detach_all() -> None:
             for topic in topics:
-                client.io.detach(topic, close=False, handle=handle)
+                client.io.detach(topic, close=False, handle=None if handle.group_pattern else handle)
             done.set()
 
         client.io.call(detach_all)

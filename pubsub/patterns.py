@@ -100,23 +100,47 @@ class Announcements:
         return sorted(self.by_topic.get(topic, {}).values(), key=lambda e: e.id)
 
 
-def watcher_value(patterns: list[str]) -> bytes:
-    return msgpack.packb(sorted(patterns), use_bin_type=True)
+def watcher_value(specs: list[dict]) -> bytes:
+    """A client's `pat/` value: its patterns at the record, each {"p": pattern} or, for a consumer group,
+    {"p": pattern, "g": group, "m": the member's terms (pubsub/directory.py member_value)}."""
+    return msgpack.packb(sorted(specs, key=lambda d: (d["p"], d.get("g") or "")), use_bin_type=True)
 
 
-def watchers_of(fields: dict, topic: str) -> int:
-    """How many clients' `pat/` fields hold a pattern matching `topic`: the filters a publisher of it
-    can expect."""
-    n = 0
+def _specs(fields: dict) -> list[tuple[str, dict]]:
+    out = []
     for name, raw in fields.items():
         if not (isinstance(name, str) and name.startswith(WATCHER) and isinstance(raw, bytes)):
             continue
         try:
-            patterns = msgpack.unpackb(raw, raw=False)
-            n += any(matches(parse(p), topic) for p in patterns[:MAX_PATTERNS])
+            specs = msgpack.unpackb(raw, raw=False)
+            out.extend((name[len(WATCHER):], d) for d in specs[:MAX_PATTERNS] if isinstance(d, dict))
         except Exception:  # noqa: BLE001 - a malformed field counts for nobody
             continue
-    return n
+    return out
+
+
+def _matching(spec: dict, topic: str) -> bool:
+    try:
+        return matches(parse(spec["p"]), topic)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def watchers_of(fields: dict, topic: str) -> int:
+    """How many clients' `pat/` fields hold a plain pattern matching `topic`: the filters a publisher of
+    it can expect."""
+    return len({client for client, spec in _specs(fields) if "g" not in spec and _matching(spec, topic)})
+
+
+def pattern_groups(fields: dict, topic: str) -> dict[str, bytes]:
+    """The consumer groups whose pattern matches `topic`, as the topic's own record would list their
+    members (`grp/<group>/<client id>` -> terms): a publisher owes them its messages from the first."""
+    out = {}
+    for client, spec in _specs(fields):
+        group, terms = spec.get("g"), spec.get("m")
+        if isinstance(group, str) and isinstance(terms, bytes) and _matching(spec, topic):
+            out[f"grp/{group}/{client}"] = terms
+    return out
 
 
 class PatternFollower:
@@ -124,9 +148,11 @@ class PatternFollower:
     announces (registrar thread in, io loop out)."""
 
     def __init__(self, pattern: str, attach: Callable[[str, list[PublisherEntry]], None],
-                 update: Callable[[str, list[PublisherEntry]], None], detach: Callable[[str], None]) -> None:
+                 update: Callable[[str, list[PublisherEntry]], None], detach: Callable[[str], None],
+                 spec: dict | None = None) -> None:
         self.pattern = pattern
         self.levels = parse(pattern)
+        self.spec = spec or {"p": pattern}  # what the prefix record is told of it
         self._attach, self._update, self._detach = attach, update, detach
         self.topics: dict[str, list[PublisherEntry]] = {}
         self.first_read: Future = Future()
@@ -173,23 +199,23 @@ class PatternWatches:
         with self.lock:
             at = self.followers.setdefault(record, {})
             at[follower.pattern] = follower
-            patterns = list(at)
-        self._register(self._watch(record, patterns))
+            specs = [f.spec for f in at.values()]
+        self._register(self._watch(record, specs))
 
     def remove(self, record: str, pattern: str) -> None:
         with self.lock:
             at = self.followers.get(record, {})
             at.pop(pattern, None)
-            patterns = list(at)
+            specs = [f.spec for f in at.values()]
             if not at:
                 self.followers.pop(record, None)
                 self.indexes.pop(record, None)
-        if patterns:
-            self._register(self._watch(record, patterns))
+        if specs:
+            self._register(self._watch(record, specs))
         else:
             self._unregister(record, WATCHER + self.client_id)
 
-    def _watch(self, record: str, patterns: list[str]) -> Registration:
+    def _watch(self, record: str, specs: list[dict]) -> Registration:
         def changed(reg: Registration) -> None:
             with self.lock:
                 followers = list(self.followers.get(record, {}).values())
@@ -201,5 +227,5 @@ class PatternWatches:
             for f in followers:
                 f.refresh(touched if reg.delta is not None or f.first_read.done() else set(index.by_topic), index)
 
-        return Registration(record, WATCHER + self.client_id, watcher_value(patterns), watch=True,
+        return Registration(record, WATCHER + self.client_id, watcher_value(specs), watch=True,
                             namespace=ANNOUNCE, on_placed=changed, on_publishers=changed)

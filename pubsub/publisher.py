@@ -23,7 +23,7 @@ from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.group_client import expect_groups
 from pubsub.history import RetentionBounds
-from pubsub.patterns import WATCHER, announce_field, announce_value, watchers_of
+from pubsub.patterns import WATCHER, announce_field, announce_value, pattern_groups, watchers_of
 from pubsub.publication import Publication, check_mode
 from pubsub.publishing import PublishingSide, check_topic
 from pubsub.registrar import Registrar
@@ -125,21 +125,25 @@ class Publisher:
             expect_groups(self.publishing, topic, fields)
         for found in watchers:  # pattern subscribers the prefix records know of wait for this topic too
             try:
-                subscribers += found.result(max(0.0, deadline - time.monotonic()))
+                plain, groups = found.result(max(0.0, deadline - time.monotonic()))
             except (FutureTimeout, PermissionError):
-                pass  # no word from a prefix record: pattern subscribers learn of the topic when it places it
+                continue  # no word from a prefix record: pattern subscribers learn of the topic when it places it
+            subscribers += plain
+            if mode == "direct" and groups:
+                expect_groups(self.publishing, topic, groups)
         self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
                             min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
 
     def _announce(self, topic: str, entry: PublisherEntry) -> list[Future]:
         """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
-        clients whose patterns there match it."""
+        clients whose plain patterns there match it, and the consumer groups whose patterns do."""
         found = []
         for record in announced_at(topic):
             counted: Future = Future()
             reg = Registration(record, announce_field(self.id, topic), announce_value(topic, entry), watch=False,
                                read=WATCHER,
-                               on_placed=lambda r, c=counted: c.set_result(watchers_of(r.fields or {}, topic)),
+                               on_placed=lambda r, c=counted: c.set_result(
+                                   (watchers_of(r.fields or {}, topic), pattern_groups(r.fields or {}, topic))),
                                on_refused=lambda _r, err, c=counted: refuse(c, err))
             self.registrar.call(lambda reg=reg: self.registrar.register(reg))
             found.append(counted)

@@ -172,3 +172,27 @@ def parts():
     p = ClientParts()
     yield p
     p.close()
+
+
+@pytest.fixture
+def worker_processes(tmp_path: Path):
+    """start(name, via, topic, group, **options) -> (process, output file): consumer-group members as
+    processes of their own (tests/helpers/worker.py), all stopped at teardown."""
+    from chordpub.launcher import stop_processes
+
+    started: list[subprocess.Popen] = []
+
+    def start(name: str, via: str, topic: str, group: str, **options: object) -> tuple[subprocess.Popen, Path]:
+        out = tmp_path / f"{name}.jsonl"
+        args = [sys.executable, "-m", "tests.helpers.worker", "--via", via, "--topic", topic, "--group", group,
+                "--out", str(out)]
+        for k, v in options.items():
+            args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp_path / f"{name}.log", "w"),  # noqa: SIM115
+                             text=True, start_new_session=True)
+        started.append(p)
+        assert p.stdout.readline().strip() == "ready", (tmp_path / f"{name}.log").read_text()
+        return p, out
+
+    yield start
+    stop_processes(started, grace=5)

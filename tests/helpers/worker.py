@@ -3,7 +3,7 @@
     python -m tests.helpers.worker --via H:P --topic T --group G --out FILE [--delay S] [--prefetch N]
                                    [--ordering none|key] [--heartbeat S] [--fail-on TEXT] [--durable]
 
-Each message it takes is one JSON line in FILE (seq, publisher, key, priority, deliveries, redelivered,
+Each message it takes is one JSON line in FILE (topic, seq, publisher, key, priority, deliveries, redelivered,
 payload, t: wall-clock seconds when the handler began), written before the handler's work (`--delay`
 seconds of it), so a message the process held when it was killed is in FILE too. A payload containing
 `--fail-on` raises (the message is naked). "ready" goes to stdout once it has joined; SIGTERM closes it
@@ -40,9 +40,9 @@ def main() -> None:
     out = open(args.out, "a", buffering=1)  # noqa: SIM115 - closed at the end
 
     def handle(m: Message) -> None:
-        out.write(json.dumps({"seq": m.seq, "publisher": m.publisher, "key": m.key, "priority": m.priority,
-                              "deliveries": m.deliveries, "redelivered": m.redelivered, "payload": m.text,
-                              "t": time.time()}) + "\n")
+        out.write(json.dumps({"topic": m.topic, "seq": m.seq, "publisher": m.publisher, "key": m.key,
+                              "priority": m.priority, "deliveries": m.deliveries, "redelivered": m.redelivered,
+                              "payload": m.text, "t": time.time()}) + "\n")
         if args.delay:
             time.sleep(args.delay)  # the work itself
         if args.fail_on and args.fail_on in m.text:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from chordpub import Client
-from chordpub.launcher import stop_processes, wait_for
+from chordpub.launcher import wait_for
 from tests.conftest import jsonl, one_error_line, run_cli, start_module_ring
 from tests.helpers.prometheus import scrape, value
 
@@ -40,24 +40,9 @@ def ring(tmp_path_factory):
 
 
 @pytest.fixture
-def workers(tmp_path: Path):
-    """start(name, via, topic, group, **options) -> (process, output file); all stopped at teardown."""
-    started: list[subprocess.Popen] = []
-
-    def start(name: str, via: str, topic: str, group: str, **options: object) -> tuple[subprocess.Popen, Path]:
-        out = tmp_path / f"{name}.jsonl"
-        args = [sys.executable, "-m", "tests.helpers.worker", "--via", via, "--topic", topic, "--group", group,
-                "--out", str(out), "--heartbeat", str(HB)]
-        for k, v in options.items():
-            args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp_path / f"{name}.log", "w"),  # noqa: SIM115
-                             text=True, start_new_session=True)
-        started.append(p)
-        assert p.stdout.readline().strip() == "ready", (tmp_path / f"{name}.log").read_text()
-        return p, out
-
-    yield start
-    stop_processes(started, grace=5)
+def workers(worker_processes):
+    """start(name, via, topic, group, **options) -> (process, output file), at this module's heartbeat."""
+    return lambda *args, **options: worker_processes(*args, **{"heartbeat": HB, **options})
 
 
 def test_each_message_goes_to_one_member_and_every_plain_subscriber_gets_all(ring):

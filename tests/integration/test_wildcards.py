@@ -3,6 +3,7 @@ learns the topics publishers announce there, old and new, and receives exactly w
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
-from tests.conftest import start_module_ring
+from tests.conftest import jsonl, start_module_ring
 
 HB = 0.3
 
@@ -159,3 +160,44 @@ def test_a_new_topic_after_the_prefix_records_owner_died_still_reaches_the_patte
                 late.publish("dev/2/temp", f"after{n}")
             drain(sub, got, 6, timeout=30)
     assert [m.text for m in got if m.topic == "dev/2/temp"] == [f"after{n}" for n in range(5)]
+
+
+def test_a_group_over_a_pattern_shares_every_topics_messages_and_survives_a_killed_member(ring, worker_processes):
+    """3 members of group `w` subscribed to `jobs/>` share 3,000 messages over 30 topics; one member is
+    SIGKILLed mid-stream: every message is taken by a member, none goes to two live members, and what
+    the dead one held comes again flagged.
+
+    To see it fail, make a group pattern's field not name its group (`spec={"p": pattern}` in
+    `join_pattern_group`): the publishers owe the group nothing before its members join, and the
+    first messages of each topic go to nobody."""
+    via = ring.nodes[2].endpoint
+    victim, victim_out = worker_processes("victim", via, "jobs/>", "w", delay=0.01, prefetch=20, heartbeat=HB)
+    _, a_out = worker_processes("a", via, "jobs/>", "w", delay=0.002, heartbeat=HB)
+    _, b_out = worker_processes("b", via, "jobs/>", "w", delay=0.002, heartbeat=HB)
+    topics, per_topic = 30, 100
+    outs = (victim_out, a_out, b_out)
+    with Client(via, heartbeat=HB) as publisher:
+        for n in range(per_topic):
+            for t in range(topics):
+                publisher.publish(f"jobs/{t % 3}/{t}", f"{t}:{n}")
+            if n == per_topic // 2:
+                wait_for(lambda: len(jsonl(victim_out)) >= 20, 30, what="the victim at work")
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(10)
+
+        def seen() -> set[tuple[str, int]]:
+            return {(r["topic"], r["seq"]) for f in outs for r in jsonl(f)}
+
+        everything = {(f"jobs/{t % 3}/{t}", s) for t in range(topics) for s in range(1, per_topic + 1)}
+        wait_for(lambda: seen() >= everything, 60, what=f"all {len(everything)} taken by a member")
+    records = sorted((r for f in outs for r in jsonl(f)), key=lambda r: r["t"])
+    first: set = set()
+    unflagged = []
+    for r in records:
+        if (r["topic"], r["seq"]) in first and not r["redelivered"]:
+            unflagged.append((r["topic"], r["seq"]))
+        first.add((r["topic"], r["seq"]))
+    assert not unflagged, f"delivered again without the redelivered flag: {unflagged[:10]}"
+    survivors = Counter((r["topic"], r["seq"]) for f in (a_out, b_out) for r in jsonl(f))
+    assert not [k for k, n in survivors.items() if n > 1], "a message went to more than one live member"
+    assert {r["topic"] for r in jsonl(a_out)} & {r["topic"] for r in jsonl(b_out)}, "members share topics"
