@@ -167,9 +167,9 @@ def test_a_group_over_a_pattern_shares_every_topics_messages_and_survives_a_kill
     SIGKILLed mid-stream: every message is taken by a member, none goes to two live members, and what
     the dead one held comes again flagged.
 
-    To see it fail, make a group pattern's field not name its group (`spec={"p": pattern}` in
-    `join_pattern_group`): the publishers owe the group nothing before its members join, and the
-    first messages of each topic go to nobody."""
+    To see it fail, make publishers blind to the groups of the prefix records (`pattern_groups`
+    returning {}): a new topic owes the group nothing before its members join it, and its first
+    messages go to nobody."""
     via = ring.nodes[2].endpoint
     victim, victim_out = worker_processes("victim", via, "jobs/>", "w", delay=0.01, prefetch=20, heartbeat=HB)
     _, a_out = worker_processes("a", via, "jobs/>", "w", delay=0.002, heartbeat=HB)
