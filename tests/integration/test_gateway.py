@@ -71,6 +71,24 @@ def test_grpc_callers_publish_to_native_subscribers_and_read_native_publishers(r
     assert not any(d.recovered for d in history.got[20:]) and history.got[-1].payload == b"late 29"
 
 
+
+def test_a_grpc_subscription_to_a_pattern_gets_each_matching_topic_and_names_it(ring, gateway):
+    """`Subscribe` takes a pattern as `Client.subscribe` does: each Delivery names its concrete topic."""
+    via = ring.nodes[0].endpoint
+    with Client(via, heartbeat=HB) as native:
+        reader = Reader(gateway.stub, topic="grpc-p/+/v", reliable=True)
+        reader.in_place()
+        for i in range(10):
+            for room in ("a", "b"):
+                native.publish(f"grpc-p/{room}/v", f"{room}{i}")
+            native.publish("grpc-p/a/other", "not matched")
+        wait_for(lambda: len(reader.got) >= 20, 20, what="20 deliveries through the pattern")
+        reader.close()
+    for room in ("a", "b"):
+        assert [d.payload for d in reader.got if d.topic == f"grpc-p/{room}/v"] == \
+            [f"{room}{i}".encode() for i in range(10)]
+    assert len(reader.got) == 20
+
 NODE_SCRIPT = r"""
 const grpc = require('@grpc/grpc-js');
 const loader = require('@grpc/proto-loader');
