@@ -59,7 +59,7 @@ from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.pattern_client import join_pattern_group, subscribe_pattern, unsubscribe_pattern
 from pubsub.patterns import PatternWatches
-from pubsub.positions import Positions
+from pubsub.positions import PatternPositions, Positions
 from pubsub.publication import Publication, check_mode
 from pubsub.publisher import Publisher, refuse
 from pubsub.publishing import PublishingSide, check_topic
@@ -272,13 +272,23 @@ class Client:
                                       max_deliver, bool(durable)), callback, timeout, pending_limit, prefetch,
                                       auto_ack)
         if is_pattern(topic):
-            if durable is not None:
-                raise ValueError("a durable subscription takes an exact topic")
             if history_policy not in HISTORY_POLICIES:
                 raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not "
                                  f"{history_policy!r}")
+            pattern_positions = None
+            if durable is not None:
+                if isinstance(durable, bool):
+                    raise ValueError("durable=True/False is for consumer groups; a durable subscription is given "
+                                     "a name")
+                if self.data is None:
+                    raise ValueError("a durable subscription needs a client with a data_dir")
+                with self._lock:
+                    if topic in self._subscriptions:
+                        raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
+                pattern_positions = PatternPositions(self.data, durable, topic, auto_commit)
+                reliable = True
             return subscribe_pattern(self, topic, history, reliable, mode, callback, timeout, pending_limit,
-                                     history_policy, batch)
+                                     history_policy, batch, pattern_positions)
         if group is not None:
             if batch:
                 raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")

@@ -198,6 +198,12 @@ class DataDir:
             return {p: (c, h) for p, c, h in self.db.execute(
                 "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
 
+    def positions(self, name: str) -> dict[str, tuple[int, int]]:
+        """The positions kept under `name` (publisher -> (committed, handed)), claiming nothing."""
+        with self.lock:
+            return {p: (c, h) for p, c, h in self.db.execute(
+                "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
+
     def set_positions(self, name: str, handed: dict[str, int] | None = None,
                       committed: dict[str, int] | None = None) -> None:
         """Move a durable subscription's positions forward (never back)."""

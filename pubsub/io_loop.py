@@ -361,9 +361,9 @@ class IoLoop:
         restarted without a data directory has forgotten us)."""
         by_publisher: dict[str, list[list]] = {}
         for topic, handle in self.handles.items():
-            positions = handle.positions
-            if positions is None:
+            if handle.positions is None:
                 continue
+            positions = handle.positions.of(topic)
             committed = positions.snapshot()
             ts = self.topics[topic]
             for st in ts.streams.values():

@@ -21,6 +21,7 @@ from pubsub.dispatch import GroupTerms
 from pubsub.member import GroupMembership
 from pubsub.message import Message
 from pubsub.patterns import MAX_PATTERNS, PatternFollower, PatternWatches
+from pubsub.positions import PatternPositions
 from pubsub.subscription import HELD_LIMIT, TopicState
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,9 @@ class PatternHost(Protocol):
 
 def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable: bool, mode: str,
                       callback: Callable[[Message], None] | None, timeout: float | None, pending_limit: int,
-                      history_policy: str, batch: bool) -> Subscription:
+                      history_policy: str, batch: bool, positions: PatternPositions | None = None) -> Subscription:
     """`Client.subscribe` of a pattern: returns once the topics its prefix record announces now are
-    followed, each with its known publishers' filters in place."""
+    followed, each with its known publishers' filters in place. `positions`: a durable pattern's."""
     levels = parse(pattern)
     record = pattern_record(levels)
     if mode != "direct":
@@ -64,13 +65,15 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
         if callback is not None and client._callback_thread and client._dispatcher is None:
             client._dispatcher = Dispatcher(client.id)
         handle = Subscription(pattern, state, client.unsubscribe, callback, client._dispatcher, pending_limit,
-                              wake=client.io.wake, on_dead_letter=client._dead_letter, batch=batch)
+                              wake=client.io.wake, positions=positions,  # type: ignore[arg-type]
+                              on_dead_letter=client._dead_letter, batch=batch)
         client._subscriptions[pattern] = handle
     wait = client.timeout if timeout is None else timeout
     confirming: list[Future] = []
 
     def attach(topic: str, entries: list[PublisherEntry]) -> None:
-        ts = TopicState(topic, client.id, history, reliable, mode, None, history_policy,
+        start = positions.of(topic).start if positions is not None else None
+        ts = TopicState(topic, client.id, history, reliable, mode, start, history_policy,
                         held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
         done: Future = Future()
         confirming.append(done)

@@ -30,9 +30,10 @@ def highest(messages: list[Message]) -> dict[str, int]:
 
 
 class Positions:
-    def __init__(self, data: DataDir, name: str, topic: str, auto_commit: bool = True) -> None:
+    def __init__(self, data: DataDir, name: str, topic: str, auto_commit: bool = True, claim: bool = True) -> None:
+        """`claim=False`: one topic of a durable pattern, whose name the pattern claimed."""
         self.data, self.name, self.topic, self.auto_commit = data, name, topic, auto_commit
-        start = data.durable(name, topic)
+        start = data.durable(name, topic) if claim else data.positions(name)
         self.committed = {p: c for p, (c, _h) in start.items()}
         self.handed = {p: h for p, (_c, h) in start.items()}
         self._lock = threading.Lock()
@@ -72,3 +73,44 @@ class Positions:
         """The committed positions now (for the acks the io loop sends publishers)."""
         with self._lock:
             return dict(self.committed)
+
+    def of(self, topic: str) -> Positions:
+        return self
+
+
+class PatternPositions:
+    """A durable pattern subscription's positions: one `Positions` per topic it follows, each under the
+    name `<durable name>|<topic>` in the data directory, so that a restart resumes every topic it had,
+    and a topic new to it starts from its first message."""
+
+    def __init__(self, data: DataDir, name: str, pattern: str, auto_commit: bool = True) -> None:
+        data.durable(name, pattern)  # the name is the pattern's: claimed (and checked) once
+        self.data, self.name, self.pattern, self.auto_commit = data, name, pattern, auto_commit
+        self._parts: dict[str, Positions] = {}
+        self._lock = threading.Lock()
+
+    def of(self, topic: str) -> Positions:
+        with self._lock:
+            part = self._parts.get(topic)
+            if part is None:
+                part = self._parts[topic] = Positions(self.data, f"{self.name}|{topic}", topic, self.auto_commit,
+                                                      claim=False)
+            return part
+
+    def forget(self, topic: str) -> None:
+        with self._lock:
+            self._parts.pop(topic, None)
+
+    def _by_topic(self, messages: list[Message]) -> dict[str, list[Message]]:
+        out: dict[str, list[Message]] = {}
+        for m in messages:
+            out.setdefault(m.topic, []).append(m)
+        return out
+
+    def hand(self, messages: list[Message]) -> None:
+        for topic, ms in self._by_topic(messages).items():
+            self.of(topic).hand(ms)
+
+    def commit(self, *messages: Message) -> None:
+        for topic, ms in self._by_topic(list(messages)).items():
+            self.of(topic).commit(*ms)
