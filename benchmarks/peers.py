@@ -14,6 +14,9 @@ Messages are 100 bytes. Workloads:
   topics      one client publishes one message on each of --topics topics, one client subscribed to
               all of them: seconds from the first publish to the last arrival (for chordpub, each
               topic's first publish registers it on the ring);
+  pattern     the same --topics new topics, one level under a common first, and a subscriber of one
+              wildcard matching them all (chordpub `t/*`, NATS `t.*`, MQTT `t/+`), subscribed before
+              any of them exists;
   reliable    1->1 with delivery that repairs loss: chordpub --reliable against JetStream, memory
               storage (async publish with acks, a durable push consumer acking each message);
   durable     1->1 surviving restarts: chordpub with data directories on both sides and a durable
@@ -50,6 +53,7 @@ WORKLOADS = {  # name: (systems, publishers, subscribers)
     "fan-out": (BEST_EFFORT, 1, "fan"),
     "fan-in": (BEST_EFFORT, "fan", 1),
     "topics": (BEST_EFFORT, 1, 1),
+    "pattern": (BEST_EFFORT, 1, 1),
     "reliable": (("chordpub-reliable", "jetstream-memory"), 1, 1),
     "durable": (("chordpub-durable", "jetstream-file"), 1, 1),
 }
@@ -124,10 +128,11 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
     """One system on one workload: fresh processes; returns what the subscribers measured."""
     tmp = servers.tmp / tag.replace(">", "")
     tmp.mkdir()
-    topics = args.topics if workload == "topics" else 1
-    count = 1 if workload == "topics" else (args.messages // pubs if workload == "fan-in" else args.messages)
+    many = workload in ("topics", "pattern")
+    topics = args.topics if many else 1
+    count = 1 if many else (args.messages // pubs if workload == "fan-in" else args.messages)
     paced = args.paced if workload in ("1->1", "reliable", "durable") else 0
-    warm = workload != "topics"
+    warm = not many
     topic = "t" + "".join(c for c in tag if c.isalnum())  # a subject every system takes
     names = [f"{topic}{i}" if topics > 1 else topic for i in range(topics)]
     url = servers.url(system)
@@ -142,7 +147,8 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
                 [*CHILD, "sub", system, url, "--topic", topic, "--topics", str(topics), "--expected", str(expected),
                  "--ready", str(tmp / f"ready{i}"), "--warm", str(tmp / f"warm{i}") if warm else "",
                  "--out", str(tmp / f"sub{i}.json"), "--data", str(tmp / f"sub-data{i}"),
-                 "--limit", str(args.limit)], start_new_session=True))
+                 "--limit", str(args.limit), *(["--pattern"] if workload == "pattern" else [])],
+                start_new_session=True))
         wait_for(lambda: all((tmp / f"ready{i}").exists() for i in range(subs)), 300,
                  what=f"{system} {workload}: subscribers ready")
         warm_files = ",".join(str(tmp / f"warm{i}") for i in range(subs)) if warm else ""
@@ -150,7 +156,8 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
             pub_procs.append(subprocess.Popen(
                 [*CHILD, "pub", system, url, "--topic", topic, "--topics", str(topics), "--count", str(count),
                  "--paced", str(paced), "--warm-files", warm_files, "--out", str(tmp / f"pub{i}.json"),
-                 "--stop", str(stop), "--data", str(tmp / f"pub-data{i}")], start_new_session=True))
+                 "--stop", str(stop), "--data", str(tmp / f"pub-data{i}"),
+                 *(["--pattern"] if workload == "pattern" else [])], start_new_session=True))
         for p in sub_procs:
             p.wait(args.limit + 60)
     finally:
@@ -167,7 +174,7 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
     latencies = [x for r in reports for x in r["latencies"]]
     row = {"system": system, "workload": workload, "publishers": pubs, "subscribers": subs,
            "sent": pubs * count * topics * subs, "delivered": flood}
-    if workload == "topics":
+    if many:
         row["seconds"] = (max(lasts) - min(starts)) / 1e9 if lasts and starts else None
     elif lasts and starts:  # from the flood's first send to its last arrival: what a system buffers or
         row["msg_per_s"] = flood / ((max(lasts) - min(starts)) / 1e9)  # batches before sending is counted

@@ -82,9 +82,27 @@ class Tally:
 
 
 # -- subscribers ------------------------------------------------------------------------------------------
+def topic_names(args: argparse.Namespace) -> list[str]:
+    """The topics a publisher sends on: TOPIC0..; with --pattern, levels under TOPIC (NATS: TOPIC.0, ...;
+    the others TOPIC/0, ...)."""
+    if args.pattern:
+        sep = "/" if args.system in CHORDPUB or args.system.startswith("mqtt") else "."
+        return [f"{args.topic}{sep}{i}" for i in range(args.topics)]
+    return [f"{args.topic}{i}" if args.topics > 1 else args.topic for i in range(args.topics)]
+
+
+def subscriptions(args: argparse.Namespace) -> list[str]:
+    """What a subscriber subscribes to: every topic, or with --pattern one wildcard matching them all."""
+    if not args.pattern:
+        return topic_names(args)
+    if args.system in CHORDPUB:
+        return [f"{args.topic}/*"]
+    return [f"{args.topic}/+"] if args.system.startswith("mqtt") else [f"{args.topic}.*"]
+
+
 def subscribe(args: argparse.Namespace) -> None:
     tally = Tally(args.expected)
-    topics = [f"{args.topic}{i}" if args.topics > 1 else args.topic for i in range(args.topics)]
+    topics = subscriptions(args)
     ready = Path(args.ready)
     if args.system in CHORDPUB:
         from chordpub import Client
@@ -262,7 +280,7 @@ async def _nats_connect(url: str):  # noqa: ANN202
 
 
 def publish(args: argparse.Namespace) -> None:
-    args.topic_names = [f"{args.topic}{i}" if args.topics > 1 else args.topic for i in range(args.topics)]
+    args.topic_names = topic_names(args)
     sender = Sender(args)
     warm = [Path(w) for w in args.warm_files.split(",") if w]
     while not all(w.exists() for w in warm):  # each subscriber says when our warm-up reached it
@@ -300,6 +318,8 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--stop", default="")
     ap.add_argument("--data", default="", help="chordpub-durable: the data directory")
+    ap.add_argument("--pattern", action="store_true", help="topics are levels under TOPIC; the subscriber "
+                    "follows them with one wildcard")
     args = ap.parse_args()
     (publish if args.role == "pub" else subscribe)(args)
 

@@ -162,6 +162,7 @@ class Client:
             self.patterns = PatternWatches(self.id, self.registrar.register, self.registrar.unregister)
             self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
                                        heartbeat, timeout, self._check_open)
+            self.publisher.on_dead_letter = self._dead_letter
             contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
             if metrics_port is not None:
                 from dht.metrics import serve
@@ -426,6 +427,8 @@ class Client:
             threading.Thread(target=self.close, name="chordpub-close", daemon=True).start()
             return
         self._closed = True
+        self.publisher.advertiser.flush(self.timeout)  # first messages of new topics: sent before we go
+        self.publisher.advertiser.stop()
         for handle in list(self._subscriptions.values()):
             handle.close()
         self._subscriptions.clear()

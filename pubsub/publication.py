@@ -66,12 +66,14 @@ class Publication:
         self.seq = last_seq
         self.journaled = True
 
-    def stamp(self, payload: bytes, now_ns: int, key: str | None = None, priority: int = DEFAULT_PRIORITY) -> Envelope:
+    def stamp(self, payload: bytes, now_ns: int, key: str | None = None, priority: int = DEFAULT_PRIORITY,
+              keep: bool = True) -> Envelope:
         """The next message: numbered, timestamped, kept in the history (a journaled one: once the
-        journal has it, by `retain`). `key` and `priority` matter to consumer groups only."""
+        journal has it, by `retain`; one held back while the topic registers, `keep=False`: when it is
+        sent, by `retain`). `key` and `priority` matter to consumer groups only."""
         self.seq += 1
         env = Envelope(self.topic, self.publisher, self.seq, now_ns, payload, key, priority)
-        if not self.journaled:
+        if keep and not self.journaled:
             self.history.add(env)
         self.sent += 1
         return env

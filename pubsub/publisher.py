@@ -18,11 +18,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from dht.client import DhtError
 from dht.subjects import announced_at, check_publishable
+from pubsub.advertising import MAX_HELD, Advertiser, Registering
 from pubsub.archive import ArchiveFeed
 from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.group_client import expect_groups
 from pubsub.history import RetentionBounds
+from pubsub.message import DeadLetter
 from pubsub.patterns import WATCHER, announce_field, announce_value, pattern_groups, watchers_of
 from pubsub.publication import Publication, check_mode
 from pubsub.publishing import PublishingSide, check_topic
@@ -53,6 +55,9 @@ class Publisher:
         self.heartbeat, self.timeout = heartbeat, timeout
         self._lock = threading.Lock()
         self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
+        self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
+        self.advertiser = Advertiser(self._settle, self.publishing.in_place, self._advertised,
+                                     max(LEASE_HEARTBEATS * heartbeat, 3.0))
 
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
                   mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
@@ -96,7 +101,8 @@ class Publisher:
         if not ready.wait(wait) or topic not in self.publishing.publications:
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
 
-    def _register(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> None:
+    def _start(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> Registering:
+        """Send the publication's fields to the ring (its record, its prefix records): nothing waits here."""
         placed: Future = Future()
         entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
         reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
@@ -111,28 +117,73 @@ class Publisher:
         if archive:
             feed = ArchiveFeed(pub, self.publishing.lock)
             self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
-        deadline = time.monotonic() + wait
+        return Registering(topic, mode, placed, watchers, time.monotonic() + wait)
+
+    def _settle(self, r: Registering) -> None:
+        """What the owner and the prefix records answered: the subscribers to wait for, and the groups
+        owed our messages from the first. DhtError when the owner did not answer in time (our field
+        is then taken back), PermissionError when it refused."""
+        if not r.placed.done():
+            self.registrar.call(lambda: self.registrar.unregister(r.topic, PUB + self.id))
+            raise DhtError(f"could not register topic {r.topic!r} via {self.via} within "
+                           f"{self.timeout:g}s")
+        subscribers, fields = r.placed.result()
+        if r.mode == "direct":
+            expect_groups(self.publishing, r.topic, fields)
+        for found in r.watchers:  # pattern subscribers the prefix records know of wait for this topic too
+            if not found.done() or found.exception() is not None:
+                continue  # no word from a prefix record: its pattern subscribers learn of the topic later
+            plain, groups = found.result()
+            subscribers += plain
+            if r.mode == "direct" and groups:
+                expect_groups(self.publishing, r.topic, groups)
+        r.subscribers = min(subscribers, 1) if r.mode == "relay" else subscribers
+
+    def _register(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> None:
+        r = self._start(topic, pub, mode, archive, wait)
+        for answer in (r.placed, *r.watchers):
+            try:
+                answer.result(max(0.0, r.deadline - time.monotonic()))
+            except (FutureTimeout, PermissionError):
+                pass  # _settle says what it means
         try:
-            subscribers, fields = placed.result(wait)
-        except FutureTimeout:
-            self.registrar.call(lambda: self.registrar.unregister(topic, reg.name))
-            self.publishing.remove(topic)
-            raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s") from None
-        except PermissionError:
+            self._settle(r)
+        except (DhtError, PermissionError):
             self.publishing.remove(topic)
             raise
-        if mode == "direct":
-            expect_groups(self.publishing, topic, fields)
-        for found in watchers:  # pattern subscribers the prefix records know of wait for this topic too
-            try:
-                plain, groups = found.result(max(0.0, deadline - time.monotonic()))
-            except (FutureTimeout, PermissionError):
-                continue  # no word from a prefix record: pattern subscribers learn of the topic when it places it
-            subscribers += plain
-            if mode == "direct" and groups:
-                expect_groups(self.publishing, topic, groups)
-        self._await_filters(topic, min(subscribers, 1) if mode == "relay" else subscribers,
-                            min(deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
+        self._await_filters(topic, r.subscribers,
+                            min(r.deadline, time.monotonic() + max(LEASE_HEARTBEATS * self.heartbeat, 3.0)))
+
+    def _advertise_later(self, topic: str) -> None:
+        """A first `publish` on `topic`: advertise it with the defaults, finished by the advertiser thread
+        while its messages wait at the publishing side."""
+        self._check_open()
+        check_publishable(check_topic(topic))
+        pub = Publication(topic, self.id, 0, False, None, "direct", RetentionBounds(), False)
+        with self._lock:
+            if topic in self.publishing.publications:
+                return  # another thread's advertise of it got there first
+            self.publishing.add(pub)
+            self.publishing.hold(topic)
+            self._advertising[topic] = threading.Event()
+        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout))
+
+    def _advertised(self, r: Registering, error: BaseException | None) -> None:
+        """The advertiser finished `r`: its messages go, or (a failure) become dead letters."""
+        if error is None:
+            self.publishing.release(r.topic)
+        else:
+            dropped = self.publishing.drop_held(r.topic)
+            self.publishing.remove(r.topic)
+            reason = f"the topic could not be registered: {error}"
+            log.error("%s: %s; %d message(s) published on it are dead-lettered", r.topic, reason, len(dropped))
+            if dropped and self.on_dead_letter is not None:
+                self.on_dead_letter(DeadLetter(r.topic, self.id, "publisher", dropped[0].seq, dropped[-1].seq,
+                                               reason, time.time()))
+        with self._lock:
+            ready = self._advertising.pop(r.topic, None)
+        if ready is not None:
+            ready.set()
 
     def _announce(self, topic: str, entry: PublisherEntry) -> list[Future]:
         """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
@@ -173,8 +224,12 @@ class Publisher:
         if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
             payload = self._checked_payload(payload)
         if topic not in self.publishing.publications:
-            self.advertise(topic)
-        elif (ready := self._advertising.get(topic)) is not None:
+            if self.publishing.data is None:
+                self._advertise_later(topic)
+            else:
+                self.advertise(topic)
+        if ((ready := self._advertising.get(topic)) is not None
+                and not self.publishing.holding(topic, MAX_HELD)):
             self._await_advertised(topic, ready, self.timeout)
         return self.publishing.publish(topic, payload, key, priority).seq
 

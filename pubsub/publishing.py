@@ -76,6 +76,7 @@ class PublishingSide:
         self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
         self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
         self.groups = PublisherGroups(client_id, data, self.publications, self._send_direct)
+        self.held: dict[str, list[Envelope]] = {}  # topics still registering: their messages, in order
         self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer)
 
     def _send_direct(self, frame: bytes) -> None:
@@ -157,6 +158,12 @@ class PublishingSide:
         with self.lock:
             pub = self.publications[topic]
             now = time.time_ns()
+            if self.held and (waiting := self.held.get(topic)) is not None:
+                # sent (and kept in the history: a subscriber asking for its head must not count it as
+                # sent before it joined) once the topic is registered (pubsub/advertising.py)
+                env = pub.stamp(payload, now, key, priority, keep=False)
+                waiting.append(env)
+                return env
             env = pub.stamp(payload, now, key, priority)
             if pub.journaled:
                 self.journal.put(pub, env)  # type: ignore[union-attr]
@@ -165,6 +172,35 @@ class PublishingSide:
             if self.groups.groups:
                 self.groups.offer(env)
         return env
+
+    def hold(self, topic: str) -> None:
+        """Keep `topic`'s messages back until `release` (its registration is under way)."""
+        with self.lock:
+            self.held.setdefault(topic, [])
+
+    def holding(self, topic: str, limit: int) -> bool:
+        """Whether `topic`'s messages are kept back, with room for one more."""
+        waiting = self.held.get(topic)
+        return waiting is not None and len(waiting) < limit
+
+    def release(self, topic: str) -> None:
+        """Send what `topic` kept back, in order, and its messages from now on."""
+        with self.lock:
+            waiting = self.held.pop(topic, [])
+            pub = self.publications.get(topic)
+            if pub is None:
+                return
+            for env in waiting:
+                pub.retain(env)
+                self.runs.send(pub, env, time.time_ns())
+                if self.groups.groups:
+                    self.groups.offer(env)
+            self.runs.send_run(pub)
+
+    def drop_held(self, topic: str) -> list[Envelope]:
+        """What `topic` kept back, taken away (its registration failed)."""
+        with self.lock:
+            return self.held.pop(topic, [])
 
     def send_paused(self, now: int) -> None:
         """Send the runs whose publisher has paused (the io loop, every millisecond while runs wait);

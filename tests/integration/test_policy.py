@@ -149,6 +149,23 @@ def test_the_matrix_of_principals_operations_and_patterns(ring, keys, acl):
     one_error_line(refused, "alice may not publish 'logs/secret/x'", 'deny "logs/secret/>"')
 
 
+
+def test_a_first_publish_the_policy_refuses_returns_and_its_messages_are_dead_lettered_with_the_reason(ring, keys):
+    """A first `publish()` on a new topic does not wait for the topic's registration; when the ring
+    refuses it, the messages that waited are dead-lettered with the refusal (nothing lost unrecorded),
+    and the next publish tries again. To see it fail, leave the publisher without the client's dead
+    letters (`self.publisher.on_dead_letter = None` in Client): the refused messages vanish untraced."""
+    letters: list = []
+    with client(ring, keys, "alice", on_dead_letter=letters.append) as alice:
+        assert [alice.publish("logs/secret/y", f"m{i}") for i in range(3)] == [1, 2, 3]
+        wait_for(lambda: letters, 10, what="the refused messages dead-lettered")
+        (letter,) = letters
+        assert (letter.topic, letter.from_seq, letter.to_seq) == ("logs/secret/y", 1, 3)
+        assert "permission denied: alice may not publish 'logs/secret/y'" in letter.reason
+        assert "logs/secret/y" not in alice.publications
+        with pytest.raises(PermissionError):
+            alice.advertise("logs/secret/y")
+
 class RawPeer:
     """A pyzmq CURVE peer holding a valid key: it connects where it likes and asks what it likes."""
 
