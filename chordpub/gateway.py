@@ -22,7 +22,7 @@ import itertools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -122,11 +122,21 @@ class Gateway(rpc.PubSubServicer):
             return
         self.policy.check()
         who = self.callers.principal(context)
-        d = self.policy.policy.decide(who, op, topic)
+        d = self.policy.policy.decide_pattern(who, op, topic)  # a pattern: some topic it matches
         if not d.allowed:
             from dht.policy import refusal
 
             context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal(who, op, topic, d.rule))
+
+    def _withheld(self, context: grpc.ServicerContext, topic: str) -> Callable[[str], bool] | None:
+        """For a caller's pattern under a policy: whether a topic it matches is one the caller may not
+        read (the ring judges the gateway's key, which may read more)."""
+        from dht.subjects import is_pattern
+
+        if self.policy is None or not is_pattern(topic):
+            return None
+        who, policy = self.callers.principal(context), self.policy.policy
+        return lambda t: not policy.decide(who, "subscribe", t).allowed
 
     # -- publishing ---------------------------------------------------------------------------------------
     def Publish(self, request: pb.PublishRequest, context: grpc.ServicerContext) -> pb.PublishReply:  # noqa: N802
@@ -149,6 +159,7 @@ class Gateway(rpc.PubSubServicer):
     # -- subscribing ------------------------------------------------------------------------------------------
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.Delivery]:  # noqa: N802
         self._allowed(context, "subscribe", request.topic)
+        withheld = self._withheld(context, request.topic)
         with self._lock:
             if len(self.streams) >= self.max_streams:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -166,6 +177,8 @@ class Gateway(rpc.PubSubServicer):
                 if not sub.active:
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"the subscription to {request.topic!r} ended")
                 continue
+            if withheld is not None and withheld(msg.topic):
+                continue  # a topic of the pattern this caller may not read (the gateway's own key may)
             delivery_id = f"{sid}/{msg.publisher}/{msg.seq}/{msg.deliveries}"
             if stream.manual:
                 stream.keep(delivery_id, msg)

@@ -26,7 +26,7 @@ from dht.gate import Denials
 from dht.ids import in_half_open, in_open, key_id, position_endpoint
 from dht.membership import Members
 from dht.node_config import NodeConfig
-from dht.policy import PolicyFile, refusal
+from dht.policy import PolicyFile, item_refusal, refusal
 from dht.prober import Prober
 from dht.records import NOT_OWNER, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
@@ -331,25 +331,14 @@ class ChordNode:
         return out
 
     def _denied(self, principal: str | None, item: dict) -> str | None:
-        """Under a policy: writing a publisher's field (or its archive) needs publish permission on the
-        topic; a subscriber's or a group member's field, and reading the record (publishers'
-        endpoints, the archive, the groups), subscribe permission — the groups, publish permission
-        too. Why not, or None."""
-        field, ops = item.get("f") or "", []
-        if item.get("op") in ("set", "renew", "del"):
-            ops.append("publish" if field.startswith(("pub/", "log/")) else "subscribe")
-        if "read" in item or "names" in item:  # the publishers' endpoints, the archive, the groups
-            ops.append("subscribe")
-        policy = self.policy.policy  # type: ignore[union-attr]
-        for op in ops:
-            d = policy.decide(principal, op, item["k"])
-            if not d.allowed and op == "subscribe" and str(item.get("read", "")).startswith("grp/") \
-                    and "names" not in item and policy.decide(principal, "publish", item["k"]).allowed:
-                continue  # a publisher reads the groups it owes messages to
-            if not d.allowed:
-                self.denials(principal, item["k"], op, d.rule)
-                return refusal(principal, op, item["k"], d.rule)
-        return None
+        """Under a policy: why `principal` may not have this `records` item (dht/policy.py
+        item_refusal), or None."""
+        refused = item_refusal(self.policy.policy, principal, item)  # type: ignore[union-attr]
+        if refused is None:
+            return None
+        what, target, d = refused
+        self.denials(principal, target, what, d.rule)
+        return refusal(principal, what, target, d.rule)
 
     def check_policy(self) -> None:
         """Read the policy file again if it changed (the maintenance thread, every round); the events

@@ -157,6 +157,39 @@ class Policy:
         self._memo[key] = decision
         return decision
 
+    def decide_pattern(self, principal: str | None, op: str, pattern: str) -> Decision:
+        """May `principal` do `op` on some topic `pattern` matches? Allowed when an allow rule overlaps
+        the pattern and no deny rule covers all of it: the topics it may not have are then withheld
+        one by one where they flow (the publishers' gates), not the pattern as a whole. A pattern
+        that is not one (no wildcard level) is a topic: `decide`."""
+        if not subjects.is_pattern(pattern):
+            return self.decide(principal, op, pattern)
+        if op not in OPS:
+            raise ValueError(f"op is publish or subscribe, not {op!r}")
+        if principal is None:
+            return Decision(False, "no principal: the connection is not authenticated with a named key")
+        try:
+            levels = subjects.parse(pattern)
+        except PatternError as exc:
+            return Decision(False, str(exc))
+        owners = [principal, *(g for g, ms in self.groups.items() if principal in ms)]
+        allow: Rule | None = None
+        for owner in owners:
+            for rule in self._rules.get((owner, op), ()):
+                if rule.kind == "deny" and subjects.covers(rule.levels, levels):
+                    return Decision(False, rule.text)
+                if rule.kind == "allow" and allow is None and subjects.overlaps(rule.levels, levels):
+                    allow = rule
+        return Decision(True, allow.text) if allow is not None else Decision(False, DEFAULT)
+
+    def withheld(self, principal: str, op: str, pattern: str) -> list[str]:
+        """The deny rules that take some topics out of what `pattern` would give `principal` (their
+        patterns): what `acl check` names beside a pattern's answer."""
+        levels = subjects.parse(pattern)
+        owners = [principal, *(g for g, ms in self.groups.items() if principal in ms)]
+        return sorted({r.pattern for o in owners for r in self._rules.get((o, op), ())
+                       if r.kind == "deny" and subjects.overlaps(r.levels, levels)})
+
     def _decide(self, principal: str | None, op: str, topic: str) -> Decision:
         if op not in OPS:
             raise ValueError(f"op is publish or subscribe, not {op!r}")
@@ -216,3 +249,50 @@ class PolicyFile:
         self.policy = fresh
         self.version += 1
         return True
+
+
+def item_refusal(policy: Policy, principal: str | None, item: dict) -> tuple[str, str, Decision] | None:
+    """A `records` item judged, as a node does before applying it: writing a publisher's field (or
+    its archive) needs publish permission on the topic; a subscriber's or a group member's field,
+    and reading the record (publishers' endpoints, the archive, the groups), subscribe permission —
+    the groups, publish permission too; a prefix record is judged by what it holds
+    (`prefix_refusal`). (op, what, decision) of the first refusal, or None."""
+    if item["k"].endswith(subjects.PREFIX_RECORD):
+        return prefix_refusal(policy, principal, item)
+    field, ops = item.get("f") or "", []
+    if item.get("op") in ("set", "renew", "del"):
+        ops.append("publish" if field.startswith(("pub/", "log/")) else "subscribe")
+    if "read" in item or "names" in item:  # the publishers' endpoints, the archive, the groups
+        ops.append("subscribe")
+    for op in ops:
+        d = policy.decide(principal, op, item["k"])
+        if not d.allowed and op == "subscribe" and str(item.get("read", "")).startswith("grp/") \
+                and "names" not in item and policy.decide(principal, "publish", item["k"]).allowed:
+            continue  # a publisher reads the groups it owes messages to
+        if not d.allowed:
+            return op, item["k"], d
+    return None
+
+
+def prefix_refusal(policy: Policy, principal: str | None, item: dict) -> tuple[str, str, Decision] | None:
+    """A `records` item on a prefix record `L/>` (dht/subjects.py), judged: announcing a topic there
+    needs publish permission on that topic; placing patterns, subscribe permission on some topic each
+    of them matches; reading the record, or renewing or deleting a field of it, permission on some
+    topic under L (subscribe; publish for a publisher reading the patterns). (op, what, decision) of
+    the first refusal, or None."""
+    key, field, op = item["k"], item.get("f") or "", item.get("op")
+    asks: list[tuple[str, str]] = []
+    if op == "set" and field.startswith(subjects.ANNOUNCE):
+        asks.append(("publish", subjects.announced_topic(item.get("val")) or key))
+    elif op == "set" and field.startswith(subjects.WATCHER):
+        patterns = subjects.watched_patterns(item.get("val"))
+        asks.extend(("subscribe", p) for p in (patterns or [key]))
+    elif op is not None:
+        asks.append(("publish" if field.startswith(subjects.ANNOUNCE) else "subscribe", key))
+    if "read" in item or "names" in item:
+        asks.append(("publish" if str(item.get("read", "")).startswith(subjects.WATCHER) else "subscribe", key))
+    for what, target in asks:
+        d = policy.decide_pattern(principal, what, target)
+        if not d.allowed:
+            return what, target, d
+    return None

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
+import msgpack
+
 ONE = "*"  # exactly one level
 REST = ">"  # one or more trailing levels
 MQTT = {"+": ONE, "#": REST}
@@ -31,6 +33,8 @@ MAX_PATTERN_CHARS = 1024
 PREFIX_LEVELS = 2  # a topic is announced at the prefix records of its first 1..2 levels
 PREFIX_RECORD = "/>"  # a prefix record's key is the prefix and this: never a publishable topic
 MATCH_CACHE = 4096  # topics whose matches a PatternTrie remembers
+ANNOUNCE = "top/"  # a prefix record's field for a topic a publisher announces there
+WATCHER = "pat/"  # a prefix record's field for the patterns a client follows there
 
 
 class PatternError(ValueError):
@@ -122,6 +126,57 @@ def announced_at(topic: str) -> list[str]:
     PREFIX_LEVELS levels (a pattern's wildcard level is at least one level past its prefix)."""
     parts = topic.split("/")
     return [prefix_record(parts[:n]) for n in range(1, min(len(parts) - 1, PREFIX_LEVELS) + 1)]
+
+
+def overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether some topic matches both parsed patterns."""
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x == REST or y == REST:
+            return (x is not None) and (y is not None)  # both have a level here, and one takes the rest
+        if x is None or y is None:
+            return False  # one ends, the other needs more levels
+        if x != ONE and y != ONE and x != y:
+            return False
+    return True
+
+
+def covers(outer: tuple[str, ...], inner: tuple[str, ...]) -> bool:
+    """Whether every topic the parsed pattern `inner` matches, `outer` matches too."""
+    for i, x in enumerate(outer):
+        if x == REST:
+            return len(inner) > i
+        if i >= len(inner):
+            return False
+        y = inner[i]
+        if y == REST or (x != ONE and (y == ONE or y != x)):
+            return False
+    return len(inner) == len(outer)
+
+
+def announce_value(topic: str, entry: bytes) -> bytes:
+    """A `top/` field's value: the topic and its publisher's entry (as the topic's `pub/` field holds it)."""
+    return msgpack.packb({"t": topic, "p": entry}, use_bin_type=True)
+
+
+def announced_topic(raw: object) -> str | None:
+    """The topic a `top/` value announces (None: not one)."""
+    try:
+        topic = msgpack.unpackb(raw, raw=False)["t"]  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - any malformed value announces nothing
+        return None
+    return topic if isinstance(topic, str) else None
+
+
+def watched_patterns(raw: object) -> list[str] | None:
+    """The patterns a `pat/` value lists (None: malformed)."""
+    try:
+        specs = msgpack.unpackb(raw, raw=False)  # type: ignore[arg-type]
+        patterns = [d["p"] for d in specs]
+    except Exception:  # noqa: BLE001 - any malformed value lists nothing
+        return None
+    return patterns if all(isinstance(p, str) for p in patterns) else None
 
 
 class PatternTrie:

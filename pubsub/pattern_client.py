@@ -94,10 +94,18 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     try:
         follower.first_read.result(wait)
         for done in list(confirming):
-            done.result(wait)
+            try:
+                done.result(wait)
+            except PermissionError:
+                pass  # a topic this principal may not read: its publisher's gate withholds it, as it should
     except FutureTimeout:
         client.unsubscribe(pattern)
         raise DhtError(f"could not subscribe to {pattern!r} via {client.via} within {wait:g}s") from None
+    except PermissionError:
+        with client._lock:
+            client._subscriptions.pop(pattern, None)
+        handle.close()
+        raise
     return handle
 
 

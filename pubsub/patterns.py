@@ -27,14 +27,15 @@ from concurrent.futures import Future
 import msgpack
 
 from dht.ids import key_id
-from dht.subjects import matches, parse
+from dht.subjects import ANNOUNCE, WATCHER, matches, parse
+from dht.subjects import announce_value as topic_value
 from pubsub.directory import PublisherEntry
 from pubsub.registration import Registration
 
 log = logging.getLogger(__name__)
 
-ANNOUNCE = "top/"  # "top/<publisher id>/<topic id, hex>": a topic announced at a prefix record
-WATCHER = "pat/"  # "pat/<client id>": a client's patterns at a prefix record
+# ANNOUNCE "top/<publisher id>/<topic id, hex>": a topic announced at a prefix record;
+# WATCHER "pat/<client id>": a client's patterns at a prefix record (dht/subjects.py: the node reads both)
 MAX_PATTERNS = 256  # pattern subscriptions per client
 MAX_TOPICS_PER_PATTERN = 100_000  # topics one pattern subscription follows at most (then it warns)
 
@@ -44,7 +45,7 @@ def announce_field(client_id: str, topic: str) -> str:
 
 
 def announce_value(topic: str, entry: PublisherEntry) -> bytes:
-    return msgpack.packb({"t": topic, "p": entry.to_bytes()}, use_bin_type=True)
+    return topic_value(topic, entry.to_bytes())
 
 
 def parse_announcement(name: object, raw: object) -> tuple[str, PublisherEntry] | None:
@@ -227,5 +228,21 @@ class PatternWatches:
             for f in followers:
                 f.refresh(touched if reg.delta is not None or f.first_read.done() else set(index.by_topic), index)
 
+        def refused(_reg: Registration, err: str) -> None:
+            """A policy refused the field: the patterns still waiting to be placed are refused (the
+            caller's subscribe raises), and the others are placed again without them."""
+            with self.lock:
+                at = self.followers.get(record, {})
+                waiting = [f for f in at.values() if not f.first_read.done()]
+                for f in waiting:
+                    del at[f.pattern]
+                rest = [f.spec for f in at.values()]
+                if not at:
+                    self.followers.pop(record, None)
+            for f in waiting:
+                f.first_read.set_exception(PermissionError(err))
+            if rest:
+                self._register(self._watch(record, rest))
+
         return Registration(record, WATCHER + self.client_id, watcher_value(specs), watch=True,
-                            namespace=ANNOUNCE, on_placed=changed, on_publishers=changed)
+                            namespace=ANNOUNCE, on_placed=changed, on_publishers=changed, on_refused=refused)

@@ -65,8 +65,9 @@ class GatewayProcess:
 class Reader:
     """A Subscribe stream read on a thread; `in_place()` once the gateway says the subscription is."""
 
-    def __init__(self, stub: rpc.PubSubStub, slow: float = 0.0, **request) -> None:  # noqa: ANN003
-        self.call = stub.Subscribe(pb.SubscribeRequest(**request))
+    def __init__(self, stub: rpc.PubSubStub, slow: float = 0.0, metadata: list | None = None,
+                 **request) -> None:  # noqa: ANN003
+        self.call = stub.Subscribe(pb.SubscribeRequest(**request), metadata=metadata)
         self.got: list[pb.Delivery] = []
         self.error: grpc.RpcError | None = None
         self.slow = slow

@@ -2,8 +2,9 @@
 held to a policy, a caller's deadline, a ring that no longer answers (chordpub/gateway.py; docs/grpc.md).
 
 To see them fail: make `Gateway._allowed` return at once (the policy's refusals succeed: "DID NOT
-RAISE"); make `Gateway.Subscribe` skip `context.add_callback` (a stream that ended keeps its
-subscription: "the expired stream's subscription gone from the record ... not reached").
+RAISE"); make `Gateway._withheld` withhold nothing (bob's pattern gets open/secret); make
+`Gateway.Subscribe` skip `context.add_callback` (a stream that ended keeps its subscription: "the
+expired stream's subscription gone from the record ... not reached").
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ allow = ["open/>"]
 allow = ["open/>"]
 [principals.bob.subscribe]
 allow = ["open/>"]
+deny = ["open/secret"]
 """
 
 
@@ -67,6 +69,14 @@ def test_callers_named_by_client_certificate_or_bearer_token_are_held_to_the_pol
         feed = tokens.stub.Subscribe(pb.SubscribeRequest(topic="open/feed"), metadata=bob)
         assert dict(feed.initial_metadata()).get("chordpub-subscribed") == "open/feed"
         feed.cancel()
+        pattern = Reader(tokens.stub, metadata=bob, topic="open/*")  # the gateway's own key reads all of it
+        pattern.in_place()
+        for _ in range(3):
+            for topic in ("open/a", "open/secret"):
+                alice.Publish(pb.PublishRequest(topic=topic, payload=topic.encode()))
+        wait_for(lambda: len(pattern.got) >= 3, 15, what="bob's pattern: the open topics he may read")
+        pattern.close()
+        assert {d.topic for d in pattern.got} == {"open/a"}, "nothing of open/secret reaches bob"
         for call, words in ((lambda: tokens.stub.Publish(pb.PublishRequest(topic="open/feed", payload=b"x"),
                                                           metadata=bob), "bob"),
                             (lambda: tokens.stub.Publish(pb.PublishRequest(topic="open/feed", payload=b"x")), ""),

@@ -166,6 +166,35 @@ def test_a_first_publish_the_policy_refuses_returns_and_its_messages_are_dead_le
         with pytest.raises(PermissionError):
             alice.advertise("logs/secret/y")
 
+
+def test_a_pattern_receives_only_the_topics_its_principal_may_subscribe(ring, keys, acl):
+    """bob may subscribe `open/>` but not `open/private`: his `open/>` gets every other open topic and
+    no message of open/private (his pattern learns the topic, and carol's gate refuses it to him); a
+    pattern no allowed topic could match is refused at the ring, and a topic carol may not publish is
+    never announced to anyone. To see it fail, let a prefix record's items through whatever they
+    hold (`item_refusal` returning None for one): bob's `news/*/live` is then placed although he may
+    read no topic it matches."""
+    with client(ring, keys, "carol", acl) as carol, client(ring, keys, "bob") as bob:
+        for t in ("open/a", "open/private", "open/b"):
+            carol.advertise(t)
+        sub = bob.subscribe("open/>")
+        for i in range(5):
+            for t in ("open/a", "open/private", "open/b"):
+                carol.publish(t, f"{t}:{i}")
+        got: list = []
+
+        def both() -> bool:
+            while (m := sub.get(timeout=0.05)) is not None:
+                got.append(m)
+            return len(got) >= 10
+
+        wait_for(both, 15, what="the open topics bob may read")
+        assert sub.get(timeout=0.5) is None
+        assert sorted({m.topic for m in got}) == ["open/a", "open/b"]
+        with pytest.raises(PermissionError, match="bob may not subscribe 'news/\\*/live'"):
+            bob.subscribe("news/*/live")
+    print(f"policy: bob's open/> got {len(got)} messages of open/a and open/b, none of open/private")
+
 class RawPeer:
     """A pyzmq CURVE peer holding a valid key: it connects where it likes and asks what it likes."""
 
@@ -350,6 +379,14 @@ def test_bad_policies_and_principals_are_one_line_and_start_nothing(keys, acl, t
                    "--exit-code").returncode == 0
     denied = run_cli("acl", "check", "bob", "open/private", "--acl", str(acl), "--exit-code")
     assert denied.returncode == 1 and "may not subscribe" in denied.stdout, denied
+    # a pattern: whether some topic it matches is allowed, and what deny rules withhold
+    pattern = json.loads(run_cli("acl", "check", "bob", "open/>", "--acl", str(acl), "--op", "subscribe",
+                                 "--json").stdout)
+    assert pattern == {"principal": "bob", "topic": "open/>", "subscribe": "allow",
+                       "rule": 'bob.subscribe.allow "open/>"', "withheld": {"subscribe": ["open/private"]}}
+    assert run_cli("acl", "check", "bob", "secret/*", "--acl", str(acl), "--op", "subscribe",
+                   "--exit-code").returncode == 1
+    one_error_line(run_cli("acl", "check", "bob", "open/*x", "--acl", str(acl)), "whole levels")
 
 
 def test_the_nodes_count_their_refusals(ring, keys):

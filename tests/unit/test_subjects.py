@@ -17,8 +17,10 @@ from dht.subjects import (
     announced_at,
     check_publishable,
     check_subscribable,
+    covers,
     is_pattern,
     matches,
+    overlaps,
     parse,
     pattern_record,
 )
@@ -118,3 +120,18 @@ def test_removing_every_pattern_empties_the_trie_and_its_cache_stays_bounded():
     trie.remove("dev/*/temp", "s1")
     trie.remove("dev/>", "s2")
     assert len(trie) == 0 and trie._root == {} and trie.match("dev/1/temp") == frozenset()
+
+
+UNIVERSE = ["/".join(t) for n in range(1, 6) for t in __import__("itertools").product(["a", "b", "dev", "7", "q"],
+                                                                                         repeat=n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(PATTERN, PATTERN)
+def test_overlaps_and_covers_agree_with_the_topics_both_match(a, b):
+    """What a policy decides for a pattern (dht/policy.py decide_pattern) rests on these two."""
+    pa, pb = parse(a), parse(b)
+    in_a = {t for t in UNIVERSE if matches(pa, t)}
+    in_b = {t for t in UNIVERSE if matches(pb, t)}
+    assert overlaps(pa, pb) == bool(in_a & in_b)
+    assert covers(pa, pb) == (in_b <= in_a)
