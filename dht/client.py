@@ -4,6 +4,9 @@ The lookup is iterative (SIGCOMM'01 §4.3 describes both styles): the caller ask
 for its next hop, so it alone sees the whole path, the hop count and the time taken. When a node
 on the path does not answer, the lookup backs up to the previous node and asks it again with the
 dead node in `avoid`, which makes it pick the next best finger or successor (ToN'03 §V-B).
+
+Long because it is the ring's one client (lookups, records in bulk and one by one, keys, info,
+leave), every method short; the wire checks are dht/wire.py's, the sockets dht/transport.py's.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dht.policy import DENIED
 from dht.records import NOT_OWNER
 from dht.routing import Peer
 from dht.transport import Reply, RpcClient, SocketSetup
+
+PART = wire.MAX_ITEMS  # items per `records` request: more go in several
 
 AskFn = Callable[[str, int, Collection[str]], Reply]  # (endpoint, key id, avoid) -> next_hop reply
 
@@ -69,6 +74,14 @@ class RecordsReply:
         except (KeyError, TypeError, ValueError) as exc:
             raise DhtError(f"records on {endpoint}: malformed reply ({exc})") from None
         return cls(endpoint, results, arc, services, written, replicated)
+
+
+def joined(parts: list[RecordsReply]) -> RecordsReply:
+    """The replies to one request's items sent in several parts, as one: results in order, the node's
+    arc and services from the first part that has them, its counts from the last."""
+    first = next((p for p in parts if p.arc is not None), parts[0])
+    return RecordsReply(parts[0].endpoint, [r for p in parts for r in p.results], first.arc, first.services,
+                        parts[-1].written, parts[-1].replicated)
 
 
 @dataclass
@@ -303,6 +316,10 @@ class DhtClient:
         """One `records` request to one node: many items on the records it owns (see dht/wire.py);
         `about` asks for the node's arc and services too, `replicated` for its write counts."""
         extra = {"replicated": True} if replicated else {}
+        if len(items) > PART:  # a request carries at most MAX_ITEMS: the rest go in more, one by one
+            parts = [self.records_at(endpoint, items[i:i + PART], timeout, about, retries, replicated)
+                     for i in range(0, len(items), PART)]
+            return joined(parts)
         reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout, retries=retries, about=about,
                               **extra)
         if not reply.ok:
@@ -315,25 +332,35 @@ class DhtClient:
         attempt each: the wait is the slowest reply or `timeout`, not the sum of the round trips, so
         one slow node delays only its own answer. `about` as for `records_at`. Each node's reply, or the
         DhtError saying why not."""
-        out: dict[str, RecordsReply | DhtError] = {}
+        out: dict[tuple[str, int], RecordsReply | DhtError] = {}
 
-        def answer(endpoint: str, n_items: int) -> Callable[[Reply], None]:
+        def answer(part: tuple[str, int], n_items: int) -> Callable[[Reply], None]:
+            endpoint = part[0]
+
             def on_reply(reply: Reply) -> None:
                 if not reply.ok:
-                    out[endpoint] = DhtError(f"records on {endpoint} failed: {reply.err}",
-                                             unreachable=unreachable(reply))
+                    out[part] = DhtError(f"records on {endpoint} failed: {reply.err}", unreachable=unreachable(reply))
                     return
                 try:
-                    out[endpoint] = RecordsReply.parse(endpoint, reply.body, n_items)
+                    out[part] = RecordsReply.parse(endpoint, reply.body, n_items)
                 except DhtError as exc:
-                    out[endpoint] = exc
+                    out[part] = exc
             return on_reply
 
+        sent = 0
+        for endpoint, items in requests.items():  # a request carries at most MAX_ITEMS: more go in several
+            for i in range(0, len(items), PART):
+                part = items[i:i + PART]
+                self.rpc.send(endpoint, "records", on_reply=answer((endpoint, i), len(part)), timeout=timeout,
+                              items=part, about=about)
+                sent += 1
+        self.rpc.serve_until(lambda: len(out) == sent)
+        replies: dict[str, RecordsReply | DhtError] = {}
         for endpoint, items in requests.items():
-            self.rpc.send(endpoint, "records", on_reply=answer(endpoint, len(items)), timeout=timeout,
-                          items=items, about=about)
-        self.rpc.serve_until(lambda: len(out) == len(requests))
-        return out
+            parts = [out[(endpoint, i)] for i in range(0, len(items), PART)]
+            failed = next((p for p in parts if isinstance(p, DhtError)), None)
+            replies[endpoint] = failed if failed is not None else joined(parts)  # type: ignore[arg-type]
+        return replies
 
     def record_item(self, item: dict, attempts: int = 4) -> dict:
         """One item at its record's owner, found by lookup; "not the owner" (a ring still settling)

@@ -33,6 +33,7 @@ from dht.routing import Peer, RoutingTable
 from dht.rpc_server import RpcServer
 from dht.scaling import split_point
 from dht.store import Store, entry_key_id, split_field_key
+from dht.subjects import PREFIX_RECORD
 from dht.transport import Refused, SocketSetup
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class ChordNode:
                 "probes": self.prober.probes,
                 "probe_bytes": self.prober.bytes_sent,
                 "merges": self.prober.merges,
-                **({"topics": sorted(owned)[:topics]} if topics else {}),
+                **({"topics": sorted(k for k in owned if not k.endswith(PREFIX_RECORD))[:topics]} if topics else {}),
             }
 
     def load(self, records: int, owned_ids: list[int]) -> dict:
@@ -324,8 +325,8 @@ class ChordNode:
         out: dict = {"results": results}
         if req.get("replicated"):  # this node's writes so far, and how many its successors hold
             out.update(written=self.store.writes, replicated=self.store.replicated)
-        if req.get("about"):
-            pred = self.routing.predecessor
+        if req.get("about"):  # a node alone owns every key: its arc is (me, me]
+            pred = self.me if self.routing.alone else self.routing.predecessor
             out.update(arc=[None if pred is None else wire.encode_id(pred.id), wire.encode_id(self.me.id)],
                        services=dict(self.config.services))
         return out

@@ -115,6 +115,7 @@ class RecordTable:
     def __init__(self, bits: int) -> None:
         self.bits = bits
         self.fields: dict[str, dict[str, FieldValue]] = {}
+        self.by_ns: dict[tuple[str, str], dict[str, FieldValue]] = {}  # (key, namespace) -> its fields
         self.epochs: dict[tuple[str, str], int] = {}
         self.leases: dict[str, float] = {}  # composite key -> wall-clock expiry (owned fields only)
 
@@ -128,9 +129,15 @@ class RecordTable:
             ek = (key, namespace(name))
             self.epochs[ek] = max(version, self.epochs.get(ek, 0) + 1)
         fields = self.fields.get(key)
+        ek = (key, namespace(name))
         if raw is None:
             if fields is not None:
                 fields.pop(name, None)
+                in_ns = self.by_ns.get(ek)
+                if in_ns is not None:
+                    in_ns.pop(name, None)
+                    if not in_ns:
+                        del self.by_ns[ek]
                 if not fields:
                     del self.fields[key]
                     for ek in [ek for ek in self.epochs if ek[0] == key]:
@@ -142,19 +149,27 @@ class RecordTable:
         except ValueError:
             return  # never written by a node of ours; ignored rather than served
         self.fields.setdefault(key, {})[name] = fv
+        self.by_ns.setdefault(ek, {})[name] = fv
 
     def clear(self) -> None:
         self.fields.clear()
+        self.by_ns.clear()
         self.epochs.clear()
         self.leases.clear()
 
     # -- reads ------------------------------------------------------------------------------------------
+    def _scope(self, key: str, prefix: str) -> dict[str, FieldValue]:
+        """The fields `prefix` can select: its namespace's alone when it names one (a record with
+        thousands of announcements is not walked to read its few patterns)."""
+        ns = namespace(prefix)
+        return self.by_ns.get((key, ns), {}) if ns else self.fields.get(key, {})
+
     def view(self, key: str, prefix: str = "") -> dict[str, bytes]:
-        return {n: fv.value for n, fv in self.fields.get(key, {}).items() if n.startswith(prefix)}
+        return {n: fv.value for n, fv in self._scope(key, prefix).items() if n.startswith(prefix)}
 
     def count(self, key: str, prefix: str = "") -> int:
-        fields = self.fields.get(key, {})
-        if not prefix:
+        fields = self._scope(key, prefix)
+        if not prefix or prefix == namespace(prefix):
             return len(fields)
         return sum(1 for n in fields if n.startswith(prefix))
 

@@ -73,21 +73,33 @@ class OwnerArcs:
     def __init__(self) -> None:
         self._arcs: dict[str, tuple[int, int]] = {}
         self._sorted: list[tuple[int, int, str]] = []  # (node id, pred id, endpoint), by node id
+        self._alone: str | None = None  # a node that said it is alone on the ring: it owns every key
 
     def learn(self, endpoint: str, arc: tuple[int | None, int]) -> None:
         lo, hi = arc
-        if lo is None or lo == hi:
-            self.forget(endpoint)  # no predecessor known (or alone): nothing safe to cache
+        if lo == hi:
+            self._arcs.clear()
+            self._sorted = []
+            self._alone = endpoint  # until it answers "not the owner" (a node joined)
+            return
+        if self._alone == endpoint:
+            self._alone = None
+        if lo is None:
+            self.forget(endpoint)  # no predecessor known: nothing safe to cache
             return
         if self._arcs.get(endpoint) != (lo, hi):
             self._arcs[endpoint] = (lo, hi)
             self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
 
     def forget(self, endpoint: str) -> None:
+        if self._alone == endpoint:
+            self._alone = None
         if self._arcs.pop(endpoint, None) is not None:
             self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
 
     def owner(self, k: int) -> str | None:
+        if self._alone is not None:
+            return self._alone
         if not self._sorted:
             return None
         i = bisect.bisect_left(self._sorted, (k, -1, ""))

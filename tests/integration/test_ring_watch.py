@@ -99,7 +99,7 @@ def test_watch_once_json_lists_the_ring_and_its_topics(ring, topics):
     assert snapshot["consistent"] and [r["endpoint"] for r in rows] == [
         n.endpoint for n in sorted(ring.nodes, key=lambda n: n.id)]
     assert sum(r["arc"] for r in rows) == pytest.approx(1.0)
-    assert sum(r["records"] for r in rows) == len(topics)
+    assert sum(r["records"] for r in rows) == len(topics) + 1  # and their prefix record rooms/>
     assert all(r["status"] == "up" and r["successors_ok"] == r["successors_want"] == 3 for r in rows)
 
 

@@ -118,4 +118,4 @@ def test_ten_thousand_subscribers_renewed_without_a_write_a_job_or_a_notificatio
     assert all(r == {"ok": True, "epoch": 0} for r in out["results"])
     assert {k: e.version for k, e in node.store._entries.items()} == versions
     assert node.jobs.empty() and not node.store.dirty and node.changes.qsize() == changes_before
-    assert out["arc"] == [None, node.me.id] and "events" in out["services"]
+    assert out["arc"] == [node.me.id, node.me.id] and "events" in out["services"]  # alone: it owns every key
