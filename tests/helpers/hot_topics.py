@@ -26,7 +26,7 @@ def names_in_arc(pred: int, node: int, n: int, bits: int = 64) -> list[str]:
     names: list[str] = []
     i = 0
     while len(names) < n:
-        name = f"hot/{i}"
+        name = f"hot-{i}"  # one level: no prefix record shares the load (dht/subjects.py)
         if in_half_open(key_id(name, bits), pred, (pred + quarter) % size):
             names.append(name)
         i += 1
