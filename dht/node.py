@@ -28,7 +28,7 @@ from dht.membership import Members
 from dht.node_config import NodeConfig
 from dht.policy import PolicyFile, item_refusal, refusal
 from dht.prober import Prober
-from dht.records import NOT_OWNER, Change, RecordTable, namespace
+from dht.records import NOT_OWNER, REPLY_BUDGET, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
 from dht.rpc_server import RpcServer
 from dht.scaling import split_point
@@ -297,7 +297,7 @@ class ChordNode:
         "replicated", it also says how many writes it has made and how many its successors hold, so
         a writer can wait until what it wrote would survive this node's crash."""
         now = time.time()
-        results, wrote = [], False
+        results, wrote, budget = [], False, [REPLY_BUDGET]
         for item in req["items"]:
             if not self.routing.owns_strictly(key_id(item["k"], self.config.bits)):
                 results.append({"ok": False, "err": NOT_OWNER})
@@ -319,7 +319,7 @@ class ChordNode:
                     self.changes.put(Change(key, name, None if raw is None else item.get("val"),
                                             self.records.epoch(key, namespace(name)) or version, prev,
                                             self.index))
-            results.append(self.records.answer(item, applied.reply) if applied.reply["ok"] else applied.reply)
+            results.append(self.records.answer(item, applied.reply, budget) if applied.reply["ok"] else applied.reply)
         if wrote:
             self.jobs.put(("replicate", None))
         out: dict = {"results": results}

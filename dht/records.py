@@ -42,6 +42,8 @@ TAKEOVER_LEASES = 3  # a field a node has just come to own is kept this many of 
 OPS = ("set", "renew", "del")
 NOT_OWNER = "not the owner"
 MISSING = "missing"  # renew of a field the owner does not hold: the client sends it whole again
+READ_PAGE = 1000  # fields one item's read returns at most; "more" and "after" say where to go on
+REPLY_BUDGET = 512 * 1024  # bytes of fields one reply carries at most (a frame holds 1 MiB)
 
 
 def namespace(name: str) -> str:
@@ -167,6 +169,21 @@ class RecordTable:
     def view(self, key: str, prefix: str = "") -> dict[str, bytes]:
         return {n: fv.value for n, fv in self._scope(key, prefix).items() if n.startswith(prefix)}
 
+    def page(self, key: str, prefix: str, after: str, reply: dict, budget: list[int] | None) -> dict[str, bytes]:
+        scope = self._scope(key, prefix)
+        names = sorted(n for n in scope if n.startswith(prefix) and n > after)
+        out: dict[str, bytes] = {}
+        for name in names:
+            value = scope[name].value
+            cost = len(name) + len(value) + 8
+            if len(out) >= READ_PAGE or (budget is not None and budget[0] < cost):
+                reply.update(more=True, after=max(out) if out else after)
+                break
+            out[name] = value
+            if budget is not None:
+                budget[0] -= cost
+        return out
+
     def count(self, key: str, prefix: str = "") -> int:
         fields = self._scope(key, prefix)
         if not prefix or prefix == namespace(prefix):
@@ -205,12 +222,15 @@ class RecordTable:
                     out.news = True
         return out
 
-    def answer(self, item: dict[str, Any], reply: dict) -> dict:
+    def answer(self, item: dict[str, Any], reply: dict, budget: list[int] | None = None) -> dict:
         """Add what the item asks to read ("read": prefix -> fields, "epoch": namespace, "count": prefix,
-        "names": prefix -> the field names only), after its write was applied."""
+        "names": prefix -> the field names only), after its write was applied. A read returns the
+        fields after the name "after" (if given), in name order, at most READ_PAGE of them and what
+        `budget` (bytes left for the reply, shared by its items) allows; when it stops short it says
+        "more" and the last name given as "after", where the client reads on."""
         key = item["k"]
         if "read" in item:
-            reply["fields"] = self.view(key, item["read"])
+            reply["fields"] = self.page(key, item["read"], item.get("after", ""), reply, budget)
             reply["epoch"] = self.epoch(key, namespace(item["read"]))
         if "epoch" in item:
             reply["epoch"] = self.epoch(key, item["epoch"])

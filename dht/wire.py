@@ -141,7 +141,7 @@ def _record_items(value: Any, what: str) -> list[dict]:
         where = f"{what}[{i}]"
         if not isinstance(item, dict):
             raise WireError(f"{where} must be a map")
-        unknown = set(item) - {"k", "f", "op", "val", "ttl", "read", "epoch", "count", "names"}
+        unknown = set(item) - {"k", "f", "op", "val", "ttl", "read", "after", "epoch", "count", "names"}
         if unknown:
             raise WireError(f"{where}: unknown fields {sorted(map(str, unknown))}")
         clean: dict[str, Any] = {"k": _key(item.get("k"), f"{where}.k")}
@@ -157,7 +157,7 @@ def _record_items(value: Any, what: str) -> list[dict]:
                 clean["ttl"] = _ttl(item.get("ttl"), f"{where}.ttl")
             elif op == "renew" and "ttl" in item:
                 clean["ttl"] = _ttl(item["ttl"], f"{where}.ttl")
-        for name in ("read", "epoch", "count", "names"):
+        for name in ("read", "after", "epoch", "count", "names"):
             if name in item:
                 clean[name] = _str(MAX_FIELD_CHARS)(item[name], f"{where}.{name}")
         out.append(clean)

@@ -13,6 +13,9 @@ a "sub/<id>" field (pubsub/directory.py), each leased for three heartbeats. This
 - follows ownership: a renewal answered "missing" (the owner lost the field) or "not the owner" (the
   ring moved), or an owner that no longer answers, sends the field round again;
 - deletes a field the moment the application unsubscribes, or the client closes.
+
+Long because placing, renewing, paging, following owners and applying events are one state machine
+over the same registrations, on one thread; the pure parts are pubsub/registration.py's.
 """
 
 from __future__ import annotations
@@ -229,8 +232,10 @@ class Registrar:
             item["read"] = reg.namespace
             if reg.archive_read:
                 item["names"] = LOG
-        elif reg.read is not None and not reg.placed:
+        elif reg.read is not None and (not reg.placed or reg.read_after is not None):
             item["read"] = reg.read
+        if reg.read_after is not None and "read" in item:
+            item["after"] = reg.read_after
         return item
 
     def _renew(self) -> None:
@@ -294,18 +299,24 @@ class Registrar:
                     reg.placed = False
                     reg.retry_at = now + self.heartbeat
                 continue
-            first = not reg.placed and reg.on_placed is not None
+            first = reg.on_placed is not None  # (cleared once called: a paged read calls it at its end)
             reg.placed = True
             if reply.services is not None:
                 self._follow(reg, owner, reply.services)
             if isinstance(result.get("count"), int):
                 reg.counted = result["count"]
             epoch = result.get("epoch")
+            if "fields" in result and self._paged(reg, result, epoch, now):
+                continue  # more pages to read: the rest of this answer waits for the last one
+            if reg.paged is not None and isinstance(result.get("fields"), dict):
+                result = {**result, "fields": {**reg.paged, **result["fields"]}}
+                epoch, reg.paged, reg.paged_epoch, reg.read_after = reg.paged_epoch, None, None, None
             if isinstance(result.get("names"), list):
                 reg.archived = archived_publishers([n for n in result["names"] if isinstance(n, str)])
             if "fields" in result and not reg.watch:
                 fields = result.get("fields")
                 reg.fields = fields if isinstance(fields, dict) else {}
+                reg.need_read = False
             elif "fields" in result:
                 reg.need_read = False
                 reg.read_at = now
@@ -315,6 +326,19 @@ class Registrar:
             if first:
                 callback, reg.on_placed = reg.on_placed, None
                 callback(reg)
+
+    @staticmethod
+    def _paged(reg: Registration, result: dict, epoch: object, now: float) -> bool:
+        """A page of a read the owner answers in several: kept, and the next asked for at once. The
+        epoch of the first page is the read's, so a change made while paging is read again."""
+        page, after = result.get("fields"), result.get("after")
+        if not (result.get("more") and isinstance(page, dict) and isinstance(after, str)):
+            return False
+        if reg.paged is None:
+            reg.paged, reg.paged_epoch = {}, epoch
+        reg.paged.update(page)
+        reg.read_after, reg.need_read, reg.retry_at = after, True, now
+        return True
 
     def _refused(self, reg: Registration, err: str) -> None:
         """A policy refuses this field (at placement, or at a renewal once the policy changed): it is

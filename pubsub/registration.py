@@ -46,6 +46,9 @@ class Registration:
     fields: dict | None = None  # what that read found (and, watching another namespace than the publishers',
     # that namespace's fields as they change)
     delta: tuple[dict, list] | None = None  # while on_publishers runs for a change: (set, deleted); None: a read
+    paged: dict | None = None  # a read the owner answers in pages (dht/records.py READ_PAGE): the pages so far
+    paged_epoch: object = None  # ... and the epoch its first page named
+    read_after: str | None = None  # where the next page starts
 
     def all_publishers(self, owed: Callable[[str], bool] | None = None) -> list[PublisherEntry]:
         """The registered publishers, and the archived ones no longer registered (served from the

@@ -246,8 +246,11 @@ def test_thousands_of_new_topics_at_one_node_are_placed_and_renewed_past_one_req
     pattern subscriber that comes three leases later still finds every topic, and each topic's first
     message was delivered to the pattern that waited for it.
 
+    The late pattern reads the prefix record's 2,000 announcements in pages (dht/records.py).
+
     To see it fail, send each owner's items in one request whatever their number (dht/client.py's
-    `PART = 10**9`): the node refuses the request, and nothing is placed."""
+    `PART = 10**9`): the node refuses the request, and nothing is placed. Or take a paged read's first
+    page for the whole (`Registrar._paged` returning False): the late pattern finds 1,000 topics."""
     ring = ring_factory(stabilize=0.2)
     ring.start(1, timeout=60)
     via = ring.nodes[0].endpoint

@@ -6,7 +6,17 @@ import pytest
 
 from dht.ids import in_half_open, key_id
 from dht.node import ChordNode
-from dht.records import MISSING, Change, FieldValue, RecordTable, change_message, event_frame, events_topic, namespace
+from dht.records import (
+    MISSING,
+    READ_PAGE,
+    Change,
+    FieldValue,
+    RecordTable,
+    change_message,
+    event_frame,
+    events_topic,
+    namespace,
+)
 from dht.store import Store, field_key
 
 
@@ -119,3 +129,30 @@ def test_ten_thousand_subscribers_renewed_without_a_write_a_job_or_a_notificatio
     assert {k: e.version for k, e in node.store._entries.items()} == versions
     assert node.jobs.empty() and not node.store.dirty and node.changes.qsize() == changes_before
     assert out["arc"] == [node.me.id, node.me.id] and "events" in out["services"]  # alone: it owns every key
+
+
+def test_a_big_read_comes_in_pages_within_the_replys_budget_and_misses_no_field():
+    """A prefix record of 2,500 announcements is read in pages of READ_PAGE fields (and never past the
+    reply's byte budget), each page naming where the next begins; reading the few `pat/` fields beside
+    them does not page at all."""
+    table, store = table_and_store()
+    for i in range(2500):
+        apply(table, store, {"k": "dev/>", "f": f"top/p/{i:05d}", "op": "set", "val": b"x" * 100, "ttl": 3.0},
+              now=1.0, version=i + 1)
+    apply(table, store, {"k": "dev/>", "f": "pat/c", "op": "set", "val": b"p", "ttl": 3.0}, now=1.0, version=9999)
+    got, after, pages = {}, "", 0
+    while True:
+        reply = apply(table, store, {"k": "dev/>", "read": "top/", **({"after": after} if after else {})},
+                      now=2.0, version=0)
+        assert len(reply["fields"]) <= READ_PAGE and not set(reply["fields"]) & set(got)
+        got.update(reply["fields"])
+        pages += 1
+        if not reply.get("more"):
+            break
+        after = reply["after"]
+    assert pages == 3 and len(got) == 2500
+    assert apply(table, store, {"k": "dev/>", "read": "pat/"}, now=2.0, version=0)["fields"] == {"pat/c": b"p"}
+    budget = [50_000]  # a reply's items share one budget: this one stops at about 50 kB of fields
+    applied = table.apply({"k": "dev/>", "read": "top/"}, 2.0)
+    reply = table.answer({"k": "dev/>", "read": "top/"}, applied.reply, budget)
+    assert reply["more"] and 300 < len(reply["fields"]) < 500 and budget[0] >= 0
