@@ -63,8 +63,11 @@ def _printer(fmt: str, several: bool):  # noqa: ANN202 - (Message) -> None
 @clean_errors
 def sub(
     via: str = typer.Option(..., help="Any node of the ring, H:P."),
-    topic: list[str] = typer.Option(..., help="A topic or a pattern to follow (levels split on /; * or + is one "
+    topic: list[str] = typer.Option(None, help="A topic or a pattern to follow (levels split on /; * or + is one "
                                     "level, a last > or # the rest); give it several times to follow several."),
+    topics_file: Path = typer.Option(None, "--topics-file", help="Follow every topic of this file too, one a line "
+                                     "(blank lines and # comments skipped): thousands are subscribed together.",
+                                     exists=True, dir_okay=False, readable=True),
     count: int = typer.Option(None, min=1, help="Stop after this many messages in all."),
     seconds: float = typer.Option(None, min=0.0, help="Stop after this many seconds."),
     history: int = typer.Option(0, min=0, help="On joining, ask each publisher for its last K messages. A "
@@ -138,6 +141,12 @@ def sub(
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if count is None and seconds is None and as_json:
         fail("--json needs --count or --seconds (or the summary would never be printed)")
+    topic = list(topic or [])
+    if topics_file is not None:
+        topic += [line.strip() for line in topics_file.read_text().splitlines()
+                  if line.strip() and not line.lstrip().startswith("#")]
+    if not topic:
+        fail("give a --topic (or a --topics-file)")
     if len(set(topic)) != len(topic):
         fail("a --topic is given twice")
     output_file(trace, "--trace")
@@ -182,9 +191,9 @@ def sub(
                                          max_deliver=max_deliver, ordering="key" if key_ordered else "none",
                                          durable=durable_group, callback=on_message) for t in topic]
             else:
-                subs = [client.subscribe(t, history=history, reliable=reliable, mode=mode, callback=on_message,
-                                         durable=durable, history_policy="up_to" if history_up_to else "at_least")
-                        for t in topic]
+                subs = client.subscribe_many(topic, history=history, reliable=reliable, mode=mode,
+                                             callback=on_message, durable=durable,
+                                             history_policy="up_to" if history_up_to else "at_least")
             while not (stop.is_set() or enough.is_set()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:

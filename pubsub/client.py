@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import Any
 
 import zmq
 
@@ -69,6 +71,9 @@ from pubsub.service import SERVICE_SCHEMAS
 from pubsub.subscription import HELD_LIMIT, HISTORY_POLICIES, TopicState
 
 log = logging.getLogger(__name__)
+
+EXACT_TERMS = ("history", "reliable", "mode", "callback", "pending_limit", "durable", "auto_commit",
+               "history_policy", "batch")  # what subscribe_many hands to an exact topic's subscription
 
 class Client:
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
@@ -295,6 +300,64 @@ class Client:
                 raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
             return join_group(self, topic, group, mode, callback, timeout, pending_limit, durable, history,
                               reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
+        handle, ready, wait = self._exact(topic, history, reliable, mode, callback, timeout, pending_limit, durable,
+                                          auto_commit, history_policy, batch)
+        if threading.current_thread() is self.io.thread:
+            return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
+        return self._await_subscribed(topic, ready, wait)
+
+    def subscribe_many(self, topics: Iterable[str], *, timeout: float | None = None,
+                       **terms: Any) -> list[Subscription]:  # noqa: ANN401 - subscribe()'s terms
+        """`subscribe` each of `topics` on the same terms, in order, with their registrations placed
+        together (batched per owner node, the owners' arcs learned from their replies) and awaited
+        together: thousands of exact topics in a few rounds of the ring rather than one round trip
+        each. Patterns and groups among them are subscribed one by one. If one fails, those already
+        made are unsubscribed and the error raised."""
+        topics = list(topics)
+        self._check_open()
+        if len(set(topics)) != len(topics):
+            raise ValueError("a topic is given twice")
+        for t in topics:
+            check_subscribable(check_topic(t))
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        made: list[Subscription] = []
+        waiting: list[tuple[str, Future]] = []
+        try:
+            for t in topics:
+                if is_pattern(t) or terms.get("group") is not None:
+                    made.append(self.subscribe(t, timeout=max(0.0, deadline - time.monotonic()), **terms))
+                    continue
+                handle, ready, _ = self._exact(t, timeout=wait, **{k: v for k, v in terms.items() if k in EXACT_TERMS})
+                made.append(handle)
+                waiting.append((t, ready))
+            for t, ready in waiting:
+                self._await_subscribed(t, ready, max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            for handle in made:
+                self.unsubscribe(handle.topic)
+            raise
+        return made
+
+    def _await_subscribed(self, topic: str, ready: Future, wait: float) -> Subscription:
+        try:
+            return ready.result(wait)
+        except FutureTimeout:
+            self.unsubscribe(topic)
+            raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
+        except PermissionError:
+            self.unsubscribe(topic)
+            raise
+
+    def _exact(self, topic: str, history: int = 0, reliable: bool = False, mode: str = "direct",
+               callback: Callable[[Message], None] | Callable[[list[Message]], None] | None = None,
+               timeout: float | None = None, pending_limit: int = PENDING_LIMIT, durable: object = None,
+               auto_commit: bool = True, history_policy: str = "at_least",
+               batch: bool = False) -> tuple[Subscription, Future, float]:
+        """An exact topic's subscription, started: its handle, the future it is ready by, the wait."""
+        check_mode(mode)
+        if batch and callback is None:
+            raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
         if isinstance(durable, bool):
             raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
         if history_policy not in HISTORY_POLICIES:
@@ -336,16 +399,7 @@ class Client:
                            on_refused=lambda _r, err: refuse(ready, err),
                            archive_read=history > 0 or reliable, mode=mode)
         self.registrar.call(lambda: self.registrar.register(reg))
-        if threading.current_thread() is self.io.thread:
-            return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
-        try:
-            return ready.result(wait)
-        except FutureTimeout:
-            self.unsubscribe(topic)
-            raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
-        except PermissionError:
-            self.unsubscribe(topic)
-            raise
+        return handle, ready, wait
 
     def topic_info(self, topic: str, timeout: float | None = None) -> dict:
         """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its

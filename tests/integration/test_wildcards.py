@@ -3,7 +3,10 @@ learns the topics publishers announce there, old and new, and receives exactly w
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -267,3 +270,46 @@ def test_thousands_of_new_topics_at_one_node_are_placed_and_renewed_past_one_req
         with Client(via, heartbeat=HB) as late:
             sub = late.subscribe("bulk/*/*")
             assert len(sub.pattern.topics) == len(topics)
+
+
+def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics_file(ring, tmp_path):
+    """`subscribe_many` places 2,000 exact subscriptions together and returns once each is in place:
+    the first message of each new topic reaches it. `sub --topics-file` does the same from a file.
+
+    To see it fail, return before waiting (`subscribe_many` not calling `_await_subscribed`): the
+    last topic's owner does not hold the subscription yet when it returns."""
+    via = ring.nodes[1].endpoint
+    topics = [f"many/{i}" for i in range(2000)]
+    with Client(via, heartbeat=HB) as sub, Client(via, heartbeat=HB) as pub:
+        subs = sub.subscribe_many(topics)
+        assert [s.topic for s in subs] == topics
+        assert sub.topic_info(topics[-1])["subscribers"] == 1, "in place when subscribe_many returns"
+        for t in topics:
+            pub.publish(t, t)
+        got: list = []
+
+        def all_in() -> bool:
+            for s in subs:
+                while (m := s.get(timeout=0)) is not None:
+                    got.append(m.text)
+            return len(got) >= len(topics)
+
+        wait_for(all_in, 60, what="the first message of each topic")
+        assert sorted(got) == sorted(topics)
+        with pytest.raises(ValueError, match="given twice"):
+            sub.subscribe_many(["x/1", "x/1"])
+    listed = tmp_path / "topics.txt"
+    listed.write_text("# rooms\n" + "\n".join(f"room/{i}" for i in range(300)) + "\n\n")
+    proc = subprocess.Popen([sys.executable, "-m", "chordpub", "sub", "--via", via, "--topics-file", str(listed),
+                             "--count", "300", "--seconds", "60", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        with Client(via, heartbeat=HB) as pub:
+            wait_for(lambda: pub.topic_info("room/299")["subscribers"] == 1, 30, what="the file's subscriber")
+            for i in range(300):
+                pub.publish(f"room/{i}", "x")
+            out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["received"] == 300
