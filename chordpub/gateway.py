@@ -154,6 +154,8 @@ class Gateway(rpc.PubSubServicer):
         self._allowed(context, "publish", request.topic)
         priority = request.priority if request.HasField("priority") else 4
         with _status(context):
+            if request.topic not in self.publisher.publications:
+                self.publisher.advertise(request.topic)  # a caller is told at once what the ring said of the topic
             return self.publisher.publish(request.topic, request.payload, key=request.key or None, priority=priority)
 
     # -- subscribing ------------------------------------------------------------------------------------------

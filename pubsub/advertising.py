@@ -96,9 +96,10 @@ class Advertiser:
                     pending, self._pending = self._pending, []
                     break
                 pending = list(self._pending)
-            finished = [r for r in pending if self._step(r)]
-            with self._cond:
-                self._pending = [r for r in self._pending if r not in finished]
+            finished = {id(r) for r in pending if self._step(r)}
+            if finished:
+                with self._cond:
+                    self._pending = [r for r in self._pending if id(r) not in finished]
             time.sleep(POLL)  # polling conditions with deadlines: answers and filters arrive on other threads
         for r in pending:
             self._done(r, RuntimeError("the client closed before the topic was registered"))

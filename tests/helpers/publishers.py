@@ -3,7 +3,8 @@
     python -m tests.helpers.publishers --via H:P --clients 5 --topics 100 --first 0 --messages 5 \
         --ready FILE --go FILE --done FILE [--heartbeat 1.0] [--reliable]
 
-Client c advertises topics "many-<n>" for n in first + c*topics .. first + (c+1)*topics - 1, writes
+Client c advertises topics "many-<n>" (--prefix) for n in first + c*topics .. first + (c+1)*topics - 1
+(--lazy: leaves it to each topic's first publish), writes
 FILE `ready` (JSON: the client ids), waits for FILE `go`, publishes `messages` numbered messages on
 each of its topics, then keeps serving (history, repair) until FILE `done` appears.
 """
@@ -30,14 +31,16 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=1)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--reliable", action="store_true")
+    ap.add_argument("--prefix", default="many-", help="topic names: PREFIX<n>")
+    ap.add_argument("--lazy", action="store_true", help="no advertise: each topic's first publish registers it")
     args = ap.parse_args()
     clients = [Client(args.via, heartbeat=args.heartbeat) for _ in range(args.clients)]
     try:
         mine = {}
         for c, client in enumerate(clients):
             first = args.first + c * args.topics
-            mine[client] = [f"many-{n}" for n in range(first, first + args.topics)]
-            for topic in mine[client]:
+            mine[client] = [f"{args.prefix}{n}" for n in range(first, first + args.topics)]
+            for topic in mine[client] if not args.lazy else ():
                 client.advertise(topic, reliable=args.reliable)
         tmp = Path(args.ready + ".tmp")
         tmp.write_text(json.dumps([c.id for c in clients]))

@@ -4,6 +4,7 @@ learns the topics publishers announce there, old and new, and receives exactly w
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -313,3 +314,48 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
         proc.kill()
     assert proc.returncode == 0, err
     assert json.loads(out)["received"] == 300
+
+
+def rss_kib() -> int:
+    return int(next(line.split()[1] for line in open(f"/proc/{os.getpid()}/status") if line.startswith("VmRSS")))
+
+
+def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_they_go(ring, tmp_path):
+    """A pattern subscriber matching 2,000 topics of one publisher process follows each with one
+    per-topic state (RSS reported); the publisher is SIGKILLed, its announcements lapse with their
+    leases, and the subscriber's state goes with them.
+
+    To see it fail, keep a topic whose announcements are gone (`PatternFollower.refresh` never
+    detaching): the 10,000 states stay."""
+    via = ring.nodes[2].endpoint
+    n = 2_000
+    files = {k: tmp_path / k for k in ("ready", "go", "done")}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.publishers", "--via", via, "--topics", str(n),
+                             "--prefix", "mem/", "--lazy", "--heartbeat", "1.0",
+                             *[a for k, f in files.items() for a in (f"--{k}", str(f))]],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "pub.log", "w"))  # noqa: SIM115
+    try:
+        with Client(via, heartbeat=HB) as client:
+            before = rss_kib()
+            sub = client.subscribe("mem/*", reliable=True)
+            wait_for(lambda: files["ready"].exists(), 30, what="the publisher process")
+            files["go"].write_text("1")
+            got = [0]
+
+            def all_in() -> bool:
+                while sub.get(timeout=0.01) is not None:
+                    got[0] += 1
+                return got[0] >= n
+
+            wait_for(all_in, 120, what=f"one message on each of {n} topics")
+            held = rss_kib()
+            assert len(sub.pattern.topics) == n and len(client.io.topics) == n
+            proc.kill()
+            proc.wait(10)
+            wait_for(lambda: not client.io.topics and not sub.pattern.topics, 60,
+                     what="the topics' state gone with their leases")
+            print(f"pattern memory: {n} topics cost {(held - before) / n:.1f} KiB each in RSS; "
+                  f"{len(client.io.topics)} topic states left after the publisher's leases lapsed")
+    finally:
+        proc.kill()
+        proc.wait(10)
