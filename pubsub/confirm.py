@@ -34,6 +34,7 @@ class Waiter:
     result: object
     pending: set[str]
     deadline: float
+    ts: TopicState | None = None
     missing: dict[str, str] = field(default_factory=dict)  # publisher -> why it could not confirm
 
 
@@ -41,15 +42,18 @@ class Confirmations:
     """The waiting subscriptions of one io loop (used on its thread only)."""
 
     def __init__(self, rpc: RpcClient, later: Callable[[float, Callable[[], None]], None],
-                 alive: Callable[[TopicState, Stream], bool]) -> None:
-        self.rpc, self.later, self.alive = rpc, later, alive
+                 alive: Callable[[TopicState, Stream], bool],
+                 flush: Callable[[TopicState], None] = lambda _ts: None) -> None:
+        self.rpc, self.later, self.alive, self.flush = rpc, later, alive, flush
         self.waiters: dict[str, Waiter] = {}
 
     def wait(self, ts: TopicState, streams: list[Stream], future: Future, result: object, timeout: float) -> None:
         # a publisher that is gone and served by its archive (no PUB endpoint) sends nothing live:
         # there is no subscription of ours at it to confirm
         live = [st for st in streams if st.entry.endpoint]
-        self.waiters[ts.topic] = Waiter(future, result, {st.id for st in live}, time.monotonic() + timeout)
+        self.waiters[ts.topic] = Waiter(future, result, {st.id for st in live}, time.monotonic() + timeout, ts)
+        for st in live:
+            st.probing = True
         for st in live:
             self._probe(ts, st, PROBE_RETRY)
         self.check(time.monotonic())
@@ -57,9 +61,15 @@ class Confirmations:
     def seen(self, ts: TopicState, st: Stream) -> None:
         """A probe confirmed `st` (or it is no longer a publisher of the topic)."""
         waiter = self.waiters.get(ts.topic)
+        self._release(ts, st)
         if waiter is not None:
             waiter.pending.discard(st.id)
             self.check(time.monotonic())
+
+    def _release(self, ts: TopicState, st: Stream) -> None:
+        if st.probing:
+            ts.release_start(st, time.time_ns())
+            self.flush(ts)
 
     def cancel(self, topic: str) -> None:
         waiter = self.waiters.pop(topic, None)
@@ -75,6 +85,8 @@ class Confirmations:
                 continue
             del self.waiters[topic]
             for pid in waiter.pending:
+                if waiter.ts is not None and (st := waiter.ts.streams.get(pid)) is not None:
+                    self._release(waiter.ts, st)  # without its probe: the newest seq as it came
                 waiter.missing[pid] = "no probe came back in time"
                 log.warning("%s: publisher %s did not confirm our subscription in time", topic, pid)
             if not waiter.future.done():
@@ -99,6 +111,7 @@ class Confirmations:
 
     def _unconfirmable(self, ts: TopicState, st: Stream, why: str) -> None:
         waiter = self.waiters.get(ts.topic)
+        self._release(ts, st)
         if waiter is not None and st.id in waiter.pending:
             waiter.pending.discard(st.id)
             waiter.missing[st.id] = why

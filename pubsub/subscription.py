@@ -93,6 +93,8 @@ class Stream:
         self.probe_token: int | None = None  # the token the publisher promised for our probe
         self.probe_seen = -1  # the highest probe token that reached us
         self.confirmed = False  # a probe proved our subscription is in place at this publisher
+        self.probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
+        self.pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
 
     @property
     def id(self) -> str:
@@ -274,11 +276,26 @@ class TopicState:
         """Best effort, joining a running publisher: its newest seq now is the last we are not owed,
         unless its live stream reached us first (what was held is delivered, not taken for a
         duplicate). Asked before anything live is delivered: a message lost while our connection to
-        it was being made is counted lost, the slow-joiner loss."""
+        it was being made is counted lost, the slow-joiner loss. While our probe is awaited the answer
+        waits for it: asked before the probe, on the same connection, it counts only messages sent
+        before the probe, so when the probe has come every one of them that was sent to us has come
+        too (the answer could otherwise overtake a message sent to us the moment our filter arrived,
+        and take it for one sent before we joined)."""
+        if st.probing and not st.confirmed:
+            st.pending_start = (body, recv_ns)
+            return
         first_live = min((env.seq for env, _ in st.held), default=None)
         owed = _uint(body.get("last")) + 1
         st.window.owe_from(owed if first_live is None else min(owed, first_live))
         self.fetch_done(st, recv_ns)
+
+    def release_start(self, st: Stream, now_ns: int) -> None:
+        """The probe came (or will not): apply the publisher's newest seq that waited for it."""
+        st.probing = False
+        if st.pending_start is not None:
+            body, recv_ns = st.pending_start
+            st.pending_start = None
+            self.on_start(st, body, recv_ns)
 
     def on_head(self, st: Stream, body: dict, recv_ns: int) -> None:
         """The publisher's answer to "last 0": where its history starts and ends; fetch our k of it."""
