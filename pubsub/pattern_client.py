@@ -86,6 +86,13 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
         client.io.call(lambda: client.io.detach(topic, close=False, handle=handle))
 
     follower = PatternFollower(pattern, attach, update, detach)
+    return _placed(client, handle, record, follower, confirming, wait, f"subscribe to {pattern!r}")
+
+
+def _placed(client: PatternHost, handle: Subscription, record: str, follower: PatternFollower,
+            confirming: list[Future], wait: float, what: str) -> Subscription:
+    """Place the pattern at its prefix record and wait (up to `wait`) until the topics it matches now
+    are followed: `handle`, or DhtError saying it could not `what` in time, or PermissionError."""
     handle.pattern = follower
     handle.pattern_record = record
     client.registrar.call(lambda: client.patterns.add(record, follower))
@@ -99,11 +106,11 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
             except PermissionError:
                 pass  # a topic this principal may not read: its publisher's gate withholds it, as it should
     except FutureTimeout:
-        client.unsubscribe(pattern)
-        raise DhtError(f"could not subscribe to {pattern!r} via {client.via} within {wait:g}s") from None
+        client.unsubscribe(handle.topic)
+        raise DhtError(f"could not {what} via {client.via} within {wait:g}s") from None
     except PermissionError:
         with client._lock:
-            client._subscriptions.pop(pattern, None)
+            client._subscriptions.pop(handle.topic, None)
         handle.close()
         raise
     return handle
@@ -155,20 +162,8 @@ def join_pattern_group(client: PatternHost, pattern: str, group: str, terms: Gro
         client.io.call(lambda: client.io.detach(topic, close=False))
 
     follower = PatternFollower(pattern, attach, update, detach, spec={"p": pattern, "g": group, "m": member_terms})
-    handle.pattern = follower
-    handle.pattern_record = record
     handle.group_pattern = True
-    client.registrar.call(lambda: client.patterns.add(record, follower))
-    if threading.current_thread() is client.io.thread:
-        return handle
-    try:
-        follower.first_read.result(wait)
-        for done in list(confirming):
-            done.result(wait)
-    except FutureTimeout:
-        client.unsubscribe(pattern)
-        raise DhtError(f"could not join group {group!r} of {pattern!r} via {client.via} within {wait:g}s") from None
-    return handle
+    return _placed(client, handle, record, follower, confirming, wait, f"join group {group!r} of {pattern!r}")
 
 
 def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:
