@@ -171,16 +171,25 @@ def test_a_group_over_a_pattern_shares_every_topics_messages_and_survives_a_kill
     SIGKILLed mid-stream: every message is taken by a member, none goes to two live members, and what
     the dead one held comes again flagged.
 
-    To see it fail, make publishers blind to the groups of the prefix records (`pattern_groups`
-    returning {}): a new topic owes the group nothing before its members join it, and its first
-    messages go to nobody."""
+    To see it fail, make a member join no topic it hears of (`join` in `join_pattern_group` returning at
+    once): the members never join, and the wait for them ends the test."""
     via = ring.nodes[2].endpoint
     victim, victim_out = worker_processes("victim", via, "jobs/>", "w", delay=0.01, prefetch=20, heartbeat=HB)
     _, a_out = worker_processes("a", via, "jobs/>", "w", delay=0.002, heartbeat=HB)
     _, b_out = worker_processes("b", via, "jobs/>", "w", delay=0.002, heartbeat=HB)
     topics, per_topic = 30, 100
     outs = (victim_out, a_out, b_out)
+    names = [f"jobs/{t % 3}/{t}" for t in range(topics)]
     with Client(via, heartbeat=HB) as publisher:
+        for name in names:
+            publisher.advertise(name)
+
+        def joined() -> bool:  # each member has heard of each topic and joined its group at this publisher
+            with publisher.publishing.lock:
+                return all((g := publisher.publishing.groups.get(name, "w")) is not None and len(g.members) == 3
+                           for name in names)
+
+        wait_for(joined, 60, what="the three members joined on every topic")
         for n in range(per_topic):
             for t in range(topics):
                 publisher.publish(f"jobs/{t % 3}/{t}", f"{t}:{n}")
@@ -359,3 +368,21 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_group_pattern_is_owed_a_new_topics_messages_before_its_members_join_it(ring):
+    """A publisher's first messages on a brand-new topic wait for the consumer groups whose patterns
+    match it (their prefix record names them), so members that join the topic a moment later still
+    take every message.
+
+    To see it fail, make publishers blind to the groups of the prefix records (`pattern_groups`
+    returning {}): the messages sent before the members joined go to nobody."""
+    via = ring.nodes[0].endpoint
+    done: list[str] = []
+    with Client(via, heartbeat=HB) as m1, Client(via, heartbeat=HB) as m2, Client(via, heartbeat=HB) as pub:
+        for m in (m1, m2):
+            m.subscribe("tasks/>", group="crew", callback=lambda msg: done.append(msg.text))
+        for i in range(50):
+            pub.publish("tasks/new/1", f"t{i}")
+        wait_for(lambda: len(done) >= 50, 20, what="every task taken by a member")
+    assert sorted(done) == sorted(f"t{i}" for i in range(50))
