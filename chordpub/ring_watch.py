@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 from rich.console import Console, Group
@@ -34,10 +36,13 @@ def watch(client: DhtClient, endpoint: str, interval: float, seconds: float | No
     live_table = console.is_terminal and not as_json and seconds != 0
     end = None if seconds is None else time.monotonic() + seconds
     live = Live(console=console, auto_refresh=False, transient=False) if live_table else None
+    stop = threading.Event()  # Ctrl-C ends the loop between two looks, never inside rich's drawing (where
+    main = threading.current_thread() is threading.main_thread()  # an interrupt can leave its lock held)
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
     try:
         if live is not None:
             live.start()
-        while True:
+        while not stop.is_set():
             started = time.monotonic()
             snapshot = look(client, endpoint, view, started)
             if as_json:
@@ -48,12 +53,14 @@ def watch(client: DhtClient, endpoint: str, interval: float, seconds: float | No
                 console.print(render(snapshot, interval if seconds != 0 else None))
             if end is not None and time.monotonic() >= end:
                 return
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            stop.wait(max(0.0, interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         return
     except BrokenPipeError:  # `ring watch --json | head -1`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
         if live is not None:
             live.stop()
 

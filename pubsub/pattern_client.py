@@ -105,6 +105,8 @@ def _placed(client: PatternHost, handle: Subscription, record: str, follower: Pa
                 done.result(wait)
             except PermissionError:
                 pass  # a topic this principal may not read: its publisher's gate withholds it, as it should
+            except RuntimeError:
+                pass  # a topic gone meanwhile (its announcements lapsed): it is no longer followed
     except FutureTimeout:
         client.unsubscribe(handle.topic)
         raise DhtError(f"could not {what} via {client.via} within {wait:g}s") from None
