@@ -110,6 +110,14 @@ class Maintainer(FingerMaintenance, Replication):
         elif kind == "stabilize":  # a node named itself as our successor: see whether it is
             self.stabilize()
 
+    def expire_entries(self) -> list[str]:
+        """Drop the replicas whose owner stopped refreshing them. What a hand-over or hand-back still owes
+        its owner is no replica: it stays until given, or a merge that moves many arcs at once loses the
+        keys of the arcs whose hand-over had not run yet."""
+        owns = (lambda _k: True) if self._hand_back_pending else self.routing.owns
+        node = self.node
+        return node.store.expire(node.rounds, self.config.replica_lease_periods, owns, owed=node.handed_foreign)
+
     # -- the protocol -----------------------------------------------------------------------------
     def join(self, via: list[str] | None = None) -> None:
         """join(n'): successor := n'.find_successor(n) (ToN'03 Fig. 6), through the seeds of `--join` in
@@ -189,8 +197,7 @@ class Maintainer(FingerMaintenance, Replication):
         if self._hand_back_pending or node.handed_foreign:
             self.hand_back()
         with node.lock:
-            node.store.expire(node.rounds, self.config.replica_lease_periods,
-                              self.routing.owns)
+            self.expire_entries()
             node.rounds += 1
             successor = self.routing.successor
             if successor != self._last_successor:

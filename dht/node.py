@@ -267,6 +267,11 @@ class ChordNode:
             return {}
         old = self.routing.predecessor
         if self.routing.consider_predecessor(peer):
+            # what moves to `peer` leaves only through the hand-over job: no expiry in between drops it
+            if old is None:
+                self.store.refresh(lambda k: not in_half_open(k, peer.id, self.me.id), self.rounds)
+            else:
+                self.store.refresh(lambda k: in_half_open(k, old.id, peer.id), self.rounds)
             self.jobs.put(("handover", (old, peer)))
         return {}
 

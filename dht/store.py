@@ -18,7 +18,7 @@ applies or drops.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 from dht.ids import key_id
@@ -117,11 +117,13 @@ class Store:
         """Entries (tombstones included) whose key id satisfies `keep`."""
         return [(k, e.value, e.version, e.record) for k, e in self._entries.items() if keep(e.key_id)]
 
-    def expire(self, now: float, lease: float, owns: Callable[[int], bool]) -> list[str]:
-        """Drop replicas not refreshed within `lease`, and tombstones older than `lease`."""
+    def expire(self, now: float, lease: float, owns: Callable[[int], bool],
+               owed: Container[str] = ()) -> list[str]:
+        """Drop replicas not refreshed within `lease`, and tombstones older than `lease`; entries `owed`
+        to their owners (a hand-back still to make) are no replicas and stay."""
         gone = [
             k for k, e in self._entries.items()
-            if now - e.refreshed > lease and (e.value is None or not owns(e.key_id))
+            if now - e.refreshed > lease and (e.value is None or not (owns(e.key_id) or k in owed))
         ]
         for k in gone:
             e = self._entries.pop(k)
