@@ -25,6 +25,7 @@ from dht.routing import Peer
 from dht.transport import Reply, RpcClient, SocketSetup
 
 PART = wire.MAX_ITEMS  # items per `records` request: more go in several
+PART_BYTES = wire.MAX_MESSAGE_BYTES // 2  # encoded items per request: a node drops a message past the limit
 
 AskFn = Callable[[str, int, Collection[str]], Reply]  # (endpoint, key id, avoid) -> next_hop reply
 
@@ -74,6 +75,26 @@ class RecordsReply:
         except (KeyError, TypeError, ValueError) as exc:
             raise DhtError(f"records on {endpoint}: malformed reply ({exc})") from None
         return cls(endpoint, results, arc, services, written, replicated)
+
+
+def split_items(items: list[dict]) -> list[tuple[int, list[dict]]]:
+    """`items` as the parts of several `records` requests, (first index, items) each: at most PART items
+    and PART_BYTES encoded bytes a part (4,096 announcements with their publisher entries are 1.1 MB,
+    which the node's socket drops unanswered)."""
+    if not items:
+        return []
+    if len(items) <= 64 and len(wire.encode(items)) <= PART_BYTES:
+        return [(0, items)]
+    out: list[tuple[int, list[dict]]] = []
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        n = len(wire.encode(item))
+        if i > start and (i - start >= PART or size + n > PART_BYTES):
+            out.append((start, items[start:i]))
+            start, size = i, 0
+        size += n
+    out.append((start, items[start:]))
+    return out
 
 
 def joined(parts: list[RecordsReply]) -> RecordsReply:
@@ -316,10 +337,9 @@ class DhtClient:
         """One `records` request to one node: many items on the records it owns (see dht/wire.py);
         `about` asks for the node's arc and services too, `replicated` for its write counts."""
         extra = {"replicated": True} if replicated else {}
-        if len(items) > PART:  # a request carries at most MAX_ITEMS: the rest go in more, one by one
-            parts = [self.records_at(endpoint, items[i:i + PART], timeout, about, retries, replicated)
-                     for i in range(0, len(items), PART)]
-            return joined(parts)
+        parts = split_items(items)
+        if len(parts) > 1:  # more than one request carries: the rest go in more, one by one
+            return joined([self.records_at(endpoint, part, timeout, about, retries, replicated) for _, part in parts])
         reply = self.rpc.call(endpoint, "records", items=items, timeout=timeout, retries=retries, about=about,
                               **extra)
         if not reply.ok:
@@ -348,16 +368,17 @@ class DhtClient:
             return on_reply
 
         sent = 0
-        for endpoint, items in requests.items():  # a request carries at most MAX_ITEMS: more go in several
-            for i in range(0, len(items), PART):
-                part = items[i:i + PART]
+        starts: dict[str, list[int]] = {}
+        for endpoint, items in requests.items():  # more than one request carries go in several
+            for i, part in split_items(items):
+                starts.setdefault(endpoint, []).append(i)
                 self.rpc.send(endpoint, "records", on_reply=answer((endpoint, i), len(part)), timeout=timeout,
                               items=part, about=about)
                 sent += 1
         self.rpc.serve_until(lambda: len(out) == sent)
         replies: dict[str, RecordsReply | DhtError] = {}
-        for endpoint, items in requests.items():
-            parts = [out[(endpoint, i)] for i in range(0, len(items), PART)]
+        for endpoint in requests:
+            parts = [out[(endpoint, i)] for i in starts.get(endpoint, [])]
             failed = next((p for p in parts if isinstance(p, DhtError)), None)
             replies[endpoint] = failed if failed is not None else joined(parts)  # type: ignore[arg-type]
         return replies

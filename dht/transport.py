@@ -309,6 +309,9 @@ class RpcClient:
             return Reply(False, err=str(exc))
         at = position_of(endpoint)
         body = wire.encode_request(op, rid, **fields, **({wire.AT: at} if at else {}))
+        if len(body) > wire.MAX_MESSAGE_BYTES:  # the peer's socket would drop it unread: say so now
+            return Reply(False, err=f"{op} request of {len(body)} bytes exceeds the {wire.MAX_MESSAGE_BYTES}-byte "
+                                    "message limit")
         try:
             try:
                 self.socket.send_multipart([peer, body], zmq.NOBLOCK)

@@ -253,6 +253,35 @@ def test_a_durable_pattern_resumes_each_topic_and_picks_up_the_ones_that_appeare
     assert not [m for m in rest if m.topic == "acct/2"]
 
 
+def test_thousands_of_new_topics_at_one_node_are_placed_and_renewed_past_one_requests_bound(ring_factory):
+    """2,000 new topics at a one-node ring: 6,000 fields (each topic, and its announcement at two prefix
+    records), more than one `records` request carries (4,096 items): placed and renewed in parts, a
+    pattern subscriber that comes three leases later still finds every topic, and each topic's first
+    message was delivered to the pattern that waited for it.
+
+    The late pattern reads the prefix record's 2,000 announcements in pages (dht/records.py).
+
+    To see it fail, take a paged read's first
+    page for the whole (`Registrar._paged` returning False): the late pattern finds 1,000 topics."""
+    ring = ring_factory(stabilize=0.2)
+    ring.start(1, timeout=60)
+    via = ring.nodes[0].endpoint
+    topics = [f"bulk/{i % 50}/{i}" for i in range(2000)]
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as early:
+        first = early.subscribe("bulk/>", reliable=True)
+        for t in topics:
+            publisher.publish(t, t)
+        got: list = []
+        drain(first, got, len(topics), timeout=60)
+        assert sorted(m.text for m in got) == sorted(topics)
+        lease = 3 * HB
+        wait_for(lambda: publisher.registrar.renewals >= 4, 10 * lease, what="renewals past three leases")
+        with Client(via, heartbeat=HB) as late:
+            sub = late.subscribe("bulk/*/*")
+            found = len(sub.pattern.topics)
+            assert found == len(topics), f"the late pattern finds {found} of {len(topics)} topics"
+
+
 def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics_file(ring, tmp_path):
     """`subscribe_many` places 2,000 exact subscriptions together and returns once each is in place:
     the first message of each new topic reaches it. `sub --topics-file` does the same from a file.
