@@ -8,12 +8,17 @@ that token arrives (pubsub/subscription.py's `Stream.see_probe`). A probe that d
 asked again, with backoff; a publisher that does not answer is given up on (it is dead, or about
 to be), and the subscription returns anyway at its deadline, saying which publishers did not
 confirm.
+
+Probe requests to one publisher are windowed (PROBE_WINDOW in flight, the rest queued in order): a
+pattern that matches 10,000 topics of one publisher at once sent 10,000 requests together, the
+publisher answered them slower than their timeout, and every retry added to the pile.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from pubsub.subscription import Stream, TopicState
 log = logging.getLogger(__name__)
 
 PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
+PROBE_WINDOW = 64  # probe requests awaiting their reply at one publisher; the rest wait their turn here
 
 
 @dataclass
@@ -46,6 +52,8 @@ class Confirmations:
                  flush: Callable[[TopicState], None] = lambda _ts: None) -> None:
         self.rpc, self.later, self.alive, self.flush = rpc, later, alive, flush
         self.waiters: dict[str, Waiter] = {}
+        self.in_flight: dict[str, int] = {}  # publisher's service endpoint -> probe requests unanswered
+        self.queued: dict[str, deque[Callable[[], None]]] = {}  # -> requests waiting for the window
 
     def wait(self, ts: TopicState, streams: list[Stream], future: Future, result: object, timeout: float) -> None:
         # a publisher that is gone and served by its archive (no PUB endpoint) sends nothing live:
@@ -107,7 +115,29 @@ class Confirmations:
             self.later(backoff, lambda: self._probe(ts, st, min(backoff * 2, 0.5)))
 
         if self.alive(ts, st) and not st.confirmed and ts.topic in self.waiters:
-            self.rpc.send(st.entry.repair, "probe", on_reply=on_reply, timeout=1.0, topic=ts.topic)
+            self._ask(st.entry.repair, ts.topic, on_reply)
+
+    def _ask(self, endpoint: str, topic: str, on_reply: Callable[[Reply], None]) -> None:
+        """One probe request to `endpoint`, once fewer than PROBE_WINDOW of ours await its answer."""
+        if self.in_flight.get(endpoint, 0) >= PROBE_WINDOW:
+            self.queued.setdefault(endpoint, deque()).append(lambda: self._ask(endpoint, topic, on_reply))
+            return
+
+        def answered(reply: Reply) -> None:
+            left = self.in_flight[endpoint] - 1
+            if left:
+                self.in_flight[endpoint] = left
+            else:
+                del self.in_flight[endpoint]
+            waiting = self.queued.get(endpoint)
+            if waiting:
+                waiting.popleft()()
+                if not waiting:
+                    del self.queued[endpoint]
+            on_reply(reply)
+
+        self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
+        self.rpc.send(endpoint, "probe", on_reply=answered, timeout=1.0, topic=topic)
 
     def _unconfirmable(self, ts: TopicState, st: Stream, why: str) -> None:
         waiter = self.waiters.get(ts.topic)

@@ -56,7 +56,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
-        self.advertiser = Advertiser(self._settle, self.publishing.in_place, self._advertised,
+        self.advertiser = Advertiser(self._settle, self.publishing.in_place_many, self._advertised,
                                      max(LEASE_HEARTBEATS * heartbeat, 3.0))
 
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,

@@ -373,6 +373,17 @@ class PublishingSide:
             name = "relay" if pub is not None and pub.mode == "relay" else "direct"
             return self._filters.get((name, topic_filter(topic)), 0)
 
+    def in_place_many(self, topics: list[str]) -> dict[str, int]:
+        """`in_place` of each of `topics`, under one hold of the lock and one read of the filters."""
+        with self.lock:
+            self.drain_filters()
+            out = {}
+            for topic in topics:
+                pub = self.publications.get(topic)
+                name = "relay" if pub is not None and pub.mode == "relay" else "direct"
+                out[topic] = self._filters.get((name, topic_filter(topic)), 0)
+            return out
+
     def next_probe_token(self) -> int:
         """The token the next probe will carry: what a subscriber asking now must wait for."""
         with self.lock:

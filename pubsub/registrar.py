@@ -323,7 +323,7 @@ class Registrar:
                 self._set_publishers(reg, result.get("fields"), epoch)
             elif reg.watch and epoch != reg.epoch:
                 reg.need_read = True
-            if first:
+            if first and reg.paged is None:  # (a renewal answered while a read is paging: not yet)
                 callback, reg.on_placed = reg.on_placed, None
                 callback(reg)
 

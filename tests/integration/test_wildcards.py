@@ -33,7 +33,16 @@ def drain(sub, got: list, n: int, timeout: float = 20) -> None:  # noqa: ANN001
             got.append(m)
         return len(got) >= n
 
-    wait_for(enough, timeout, what=f"{n} messages (have {len(got)})")
+    try:
+        wait_for(enough, timeout, what=f"{n} messages")
+    except TimeoutError as exc:
+        raise AssertionError(f"{len(got)} of {n} messages within {timeout:g}s") from exc
+
+
+def drained(sub, got: list) -> int:  # noqa: ANN001
+    while (m := sub.get(timeout=0.05)) is not None:
+        got.append(m)
+    return len(got)
 
 
 def test_a_pattern_receives_exactly_the_topics_it_matches_and_a_topic_that_appears_later(ring):
@@ -257,29 +266,38 @@ def test_thousands_of_new_topics_at_one_node_are_placed_and_renewed_past_one_req
     """2,000 new topics at a one-node ring: 6,000 fields (each topic, and its announcement at two prefix
     records), more than one `records` request carries (4,096 items): placed and renewed in parts, a
     pattern subscriber that comes three leases later still finds every topic, and each topic's first
-    message was delivered to the pattern that waited for it.
+    message reached the reliable pattern that waited for it, or (the publisher is best effort and keeps
+    no history: on a machine loaded past keeping up some are lost) is a dead letter there.
 
     The late pattern reads the prefix record's 2,000 announcements in pages (dht/records.py).
 
-    To see it fail, take a paged read's first
-    page for the whole (`Registrar._paged` returning False): the late pattern finds 1,000 topics."""
+    To see it fail, take a paged read's first page for the whole (`Registrar._paged` returning False):
+    the late pattern finds 1,000 topics."""
     ring = ring_factory(stabilize=0.2)
     ring.start(1, timeout=60)
     via = ring.nodes[0].endpoint
     topics = [f"bulk/{i % 50}/{i}" for i in range(2000)]
-    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB) as early:
+    lost: list = []
+    with Client(via, heartbeat=HB) as publisher, Client(via, heartbeat=HB, on_dead_letter=lost.append) as early:
         first = early.subscribe("bulk/>", reliable=True)
         for t in topics:
             publisher.publish(t, t)
         got: list = []
-        drain(first, got, len(topics), timeout=60)
-        assert sorted(m.text for m in got) == sorted(topics)
+        wait_for(lambda: drained(first, got) + len({d.topic for d in lost}) >= len(topics), 60,
+                 what="every topic's message delivered or dead-lettered")
+        delivered = sorted(m.text for m in got)
+        print(f"{len(delivered)} of {len(topics)} first messages delivered, {len(lost)} dead letters")
+        assert len(set(delivered)) == len(delivered)
+        assert sorted(delivered + sorted({d.topic for d in lost})) == sorted(topics)
         lease = 3 * HB
         wait_for(lambda: publisher.registrar.renewals >= 4, 10 * lease, what="renewals past three leases")
         with Client(via, heartbeat=HB) as late:
             sub = late.subscribe("bulk/*/*")
-            found = len(sub.pattern.topics)
-            assert found == len(topics), f"the late pattern finds {found} of {len(topics)} topics"
+            try:  # (a lease that lapsed under load is placed again within a heartbeat)
+                wait_for(lambda: len(sub.pattern.topics) == len(topics), 10 * lease, what="every topic")
+            except TimeoutError as exc:
+                found = len(sub.pattern.topics)
+                raise AssertionError(f"the late pattern finds {found} of {len(topics)} topics") from exc
 
 
 def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics_file(ring, tmp_path):
