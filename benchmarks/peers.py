@@ -9,6 +9,8 @@ Messages are 100 bytes. Workloads:
   1->1        one publisher, one subscriber: --paced messages at 1000/s (latency p50/p99 where the
               subscribing application gets each message: its callback), then --messages as fast as
               the publisher goes (msg/s delivered, from the flood's first send to its last arrival);
+  1->1-pattern  the same through a wildcard: the subscriber's one subscription matches the topic
+              (chordpub `t/*`); chordpub's figure is also given against its exact 1->1 of the run;
   fan-out     one publisher, --fan subscriber processes: msg/s delivered, summed over them;
   fan-in      --fan publishers, one subscriber: msg/s delivered;
   topics      one client publishes one message on each of --topics topics, one client subscribed to
@@ -50,6 +52,7 @@ CHILD = [sys.executable, str(Path(__file__).resolve().parent / "peers_systems.py
 BEST_EFFORT = ("chordpub", "nats", "mqtt0", "mqtt1")
 WORKLOADS = {  # name: (systems, publishers, subscribers)
     "1->1": (BEST_EFFORT, 1, 1),
+    "1->1-pattern": (BEST_EFFORT, 1, 1),  # 1->1, the subscriber's one subscription a wildcard matching it
     "fan-out": (BEST_EFFORT, 1, "fan"),
     "fan-in": (BEST_EFFORT, "fan", 1),
     "topics": (BEST_EFFORT, 1, 1),
@@ -131,7 +134,8 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
     many = workload in ("topics", "pattern")
     topics = args.topics if many else 1
     count = 1 if many else (args.messages // pubs if workload == "fan-in" else args.messages)
-    paced = args.paced if workload in ("1->1", "reliable", "durable") else 0
+    paced = args.paced if workload in ("1->1", "1->1-pattern", "reliable", "durable") else 0
+    pattern = ["--pattern"] if workload in ("pattern", "1->1-pattern") else []
     warm = not many
     topic = "t" + "".join(c for c in tag if c.isalnum())  # a subject every system takes
     names = [f"{topic}{i}" if topics > 1 else topic for i in range(topics)]
@@ -147,7 +151,7 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
                 [*CHILD, "sub", system, url, "--topic", topic, "--topics", str(topics), "--expected", str(expected),
                  "--ready", str(tmp / f"ready{i}"), "--warm", str(tmp / f"warm{i}") if warm else "",
                  "--out", str(tmp / f"sub{i}.json"), "--data", str(tmp / f"sub-data{i}"),
-                 "--limit", str(args.limit), *(["--pattern"] if workload == "pattern" else [])],
+                 "--limit", str(args.limit), *pattern],
                 start_new_session=True))
         wait_for(lambda: all((tmp / f"ready{i}").exists() for i in range(subs)), 300,
                  what=f"{system} {workload}: subscribers ready")
@@ -156,8 +160,7 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
             pub_procs.append(subprocess.Popen(
                 [*CHILD, "pub", system, url, "--topic", topic, "--topics", str(topics), "--count", str(count),
                  "--paced", str(paced), "--warm-files", warm_files, "--out", str(tmp / f"pub{i}.json"),
-                 "--stop", str(stop), "--data", str(tmp / f"pub-data{i}"),
-                 *(["--pattern"] if workload == "pattern" else [])], start_new_session=True))
+                 "--stop", str(stop), "--data", str(tmp / f"pub-data{i}"), *pattern], start_new_session=True))
         for p in sub_procs:
             p.wait(args.limit + 60)
     finally:
@@ -213,6 +216,10 @@ def show(rows: list[dict]) -> None:
             peer = best(mine, key, lower)
             if peer is not None and ours.get(key):
                 print(f"  {ours['system']} {what}: {ours[key] / peer[key]:.2f} x the best peer's ({peer['system']})")
+        exact = next((r for r in rows if r["workload"] == "1->1" and r["system"] == ours["system"]), None)
+        if workload == "1->1-pattern" and exact is not None and exact.get("msg_per_s") and ours.get("msg_per_s"):
+            print(f"  {ours['system']} through a pattern: {ours['msg_per_s'] / exact['msg_per_s']:.2f} x its exact "
+                  "1->1 of this run")
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ All calls come under the node's lock (as for Store), so one connection serves ev
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 
 from dht.store import Entry, RecordObserver, Store, entry_key_id
@@ -61,8 +61,9 @@ class DurableStore(Store):
             self.db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)", (key, value, version, int(record)))
         return applied
 
-    def expire(self, now: float, lease: float, owns: Callable[[int], bool]) -> list[str]:
-        gone = super().expire(now, lease, owns)
+    def expire(self, now: float, lease: float, owns: Callable[[int], bool],
+               owed: Container[str] = ()) -> list[str]:
+        gone = super().expire(now, lease, owns, owed)
         if gone:
             self.db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in gone])
         return gone

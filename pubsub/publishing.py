@@ -367,11 +367,7 @@ class PublishingSide:
 
     def in_place(self, topic: str) -> int:
         """Subscribers whose filter for exactly `topic` our socket for it holds (a relay counts once)."""
-        with self.lock:
-            self.drain_filters()
-            pub = self.publications.get(topic)
-            name = "relay" if pub is not None and pub.mode == "relay" else "direct"
-            return self._filters.get((name, topic_filter(topic)), 0)
+        return self.in_place_many([topic])[topic]
 
     def in_place_many(self, topics: list[str]) -> dict[str, int]:
         """`in_place` of each of `topics`, under one hold of the lock and one read of the filters."""
