@@ -12,6 +12,7 @@ as in bmuller/kademlia.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import struct
@@ -122,6 +123,7 @@ class RpcClient:
         self._generation = itertools.count(1)
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, float, Callable[[Reply], None] | None]] = {}
+        self._deadlines: list[tuple[float, int]] = []  # (deadline, rid) of the send() face's requests: a heap
         self._replies: dict[int, dict] = {}  # blocking calls' replies that came in while others waited
         self._timeouts: dict[str, int] = {}  # process endpoint -> timeouts in a row
         self.bytes_sent = 0
@@ -241,8 +243,9 @@ class RpcClient:
                 on_reply(failed)
             return None
         if on_reply is not None:
-            self._pending[rid] = (endpoint, time.monotonic() + (self.timeout if timeout is None else timeout),
-                                  on_reply)
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            self._pending[rid] = (endpoint, deadline, on_reply)
+            heapq.heappush(self._deadlines, (deadline, rid))
         return rid
 
     def on_readable(self) -> None:
@@ -271,7 +274,12 @@ class RpcClient:
     def expire(self, now: float | None = None) -> None:
         """Tell the callbacks of requests whose time is up, and drop those peers' connections."""
         now = time.monotonic() if now is None else now
-        late = [(rid, p) for rid, p in self._pending.items() if p[1] <= now and p[2] is not None]
+        late = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _deadline, rid = heapq.heappop(self._deadlines)
+            p = self._pending.get(rid)
+            if p is not None and p[2] is not None:
+                late.append((rid, p))
         for rid, (endpoint, _deadline, callback) in late:
             del self._pending[rid]
             self._timed_out(endpoint)
@@ -293,8 +301,9 @@ class RpcClient:
 
     def next_deadline(self) -> float | None:
         """The earliest time at which `expire()` has something to do (None: nothing pending)."""
-        deadlines = [p[1] for p in self._pending.values() if p[2] is not None]
-        return min(deadlines) if deadlines else None
+        while self._deadlines and self._deadlines[0][1] not in self._pending:
+            heapq.heappop(self._deadlines)  # answered: its deadline no longer counts
+        return self._deadlines[0][0] if self._deadlines else None
 
     @property
     def waiting(self) -> int:
@@ -367,6 +376,7 @@ class RpcClient:
 
     def close(self) -> None:
         self._pending.clear()
+        self._deadlines.clear()
         self._replies.clear()
         self._peers.clear()
         if self._watch is not None:

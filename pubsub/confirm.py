@@ -16,6 +16,7 @@ publisher answered them slower than their timeout, and every retry added to the 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import deque
@@ -52,6 +53,7 @@ class Confirmations:
                  flush: Callable[[TopicState], None] = lambda _ts: None) -> None:
         self.rpc, self.later, self.alive, self.flush = rpc, later, alive, flush
         self.waiters: dict[str, Waiter] = {}
+        self._deadlines: list[tuple[float, str]] = []  # (deadline, topic) of the waiters: a heap
         self.in_flight: dict[str, int] = {}  # publisher's service endpoint -> probe requests unanswered
         self.queued: dict[str, deque[Callable[[], None]]] = {}  # -> requests waiting for the window
 
@@ -59,12 +61,15 @@ class Confirmations:
         # a publisher that is gone and served by its archive (no PUB endpoint) sends nothing live:
         # there is no subscription of ours at it to confirm
         live = [st for st in streams if st.entry.endpoint]
-        self.waiters[ts.topic] = Waiter(future, result, {st.id for st in live}, time.monotonic() + timeout, ts)
+        deadline = time.monotonic() + timeout
+        self.waiters[ts.topic] = Waiter(future, result, {st.id for st in live}, deadline, ts)
+        heapq.heappush(self._deadlines, (deadline, ts.topic))
         for st in live:
             st.probing = True
         for st in live:
             self._probe(ts, st, PROBE_RETRY)
-        self.check(time.monotonic())
+        if ts.topic in self.waiters:
+            self.check(time.monotonic(), ts.topic)
 
     def seen(self, ts: TopicState, st: Stream) -> None:
         """A probe confirmed `st` (or it is no longer a publisher of the topic)."""
@@ -72,7 +77,7 @@ class Confirmations:
         self._release(ts, st)
         if waiter is not None:
             waiter.pending.discard(st.id)
-            self.check(time.monotonic())
+            self.check(time.monotonic(), ts.topic)
 
     def _release(self, ts: TopicState, st: Stream) -> None:
         if st.probing:
@@ -85,10 +90,29 @@ class Confirmations:
             waiter.future.set_exception(RuntimeError(f"unsubscribed from {topic!r} before it was in place"))
 
     def next_deadline(self) -> float | None:
-        return min((w.deadline for w in self.waiters.values()), default=None)
+        self._drop_stale()
+        return self._deadlines[0][0] if self._deadlines else None
 
-    def check(self, now: float) -> None:
-        for topic, waiter in list(self.waiters.items()):
+    def _drop_stale(self) -> None:
+        while self._deadlines:
+            deadline, topic = self._deadlines[0]
+            waiter = self.waiters.get(topic)
+            if waiter is not None and waiter.deadline == deadline:
+                return
+            heapq.heappop(self._deadlines)  # finished (or waiting again, with a deadline of its own)
+
+    def expire(self, now: float) -> None:
+        """Finish the waiters whose time is up (the io loop, every turn: the earliest deadline alone is
+        looked at until one passes)."""
+        while (deadline := self.next_deadline()) is not None and deadline <= now:
+            _deadline, topic = heapq.heappop(self._deadlines)
+            self.check(now, topic)
+
+    def check(self, now: float, topic: str | None = None) -> None:
+        """Finish the waiters whose publishers all confirmed or whose time is up: `topic`'s alone (one
+        of its publishers just confirmed: a look at every waiter each time made 10,000 topics quadratic)."""
+        waiters = list(self.waiters.items()) if topic is None else [(topic, self.waiters[topic])]
+        for topic, waiter in waiters:
             if waiter.pending and now < waiter.deadline:
                 continue
             del self.waiters[topic]
@@ -146,4 +170,4 @@ class Confirmations:
             waiter.pending.discard(st.id)
             waiter.missing[st.id] = why
             log.warning("%s: publisher %s did not confirm our subscription: %s", ts.topic, st.id, why)
-            self.check(time.monotonic())
+            self.check(time.monotonic(), ts.topic)

@@ -45,7 +45,7 @@ from pubsub.member import GroupMembership
 from pubsub.member_links import MemberLinks
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
-from pubsub.service import MAX_ACKS, Service
+from pubsub.service import MAX_ACKS, MAX_HEADS, Service
 from pubsub.subscription import Stream, TopicState
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class IoLoop:
         self.subs: dict[str, zmq.Socket] = {"direct": self._sub_socket()}
         self.topics: dict[str, TopicState] = {}
         self.handles: dict[str, Subscription] = {}
+        self._reliable_handles: list[Subscription] | None = None  # the distinct ones of `handles`, reliable
         self.shared: dict[str, list[Subscription]] = {}  # further subscriptions a topic's messages go to
         self.direct = Connections(lambda: self.subs.get("direct"))  # to each matched publisher's PUB
         self.relays = Pointers(Connections(lambda: self.subs.get("relay")))  # topic -> its owner's relay
@@ -164,7 +165,7 @@ class IoLoop:
                 now = time.monotonic()
                 self.rpc.expire(now)
                 self._run_timers(now)
-                self.confirmations.check(now)
+                self.confirmations.expire(now)
                 self.members.check()
                 if self._ticking and now >= self._next_group_tick:
                     self._next_group_tick = now + GROUP_TICK
@@ -197,7 +198,10 @@ class IoLoop:
 
     def _update_reading(self) -> None:
         """A reliable subscription whose application fell behind stops our intake (back-pressure)."""
-        full = any(h.full for t, h in self.handles.items() if self.topics[t].reliable)
+        if self._reliable_handles is None:  # (one handle serves every topic of a pattern: each once)
+            distinct = {id(h): h for t, h in self.handles.items() if self.topics[t].reliable}
+            self._reliable_handles = list(distinct.values())
+        full = any(h.full for h in self._reliable_handles)
         for sock in self.subs.values():
             self._read(sock, not full)
 
@@ -349,11 +353,34 @@ class IoLoop:
                             "than its publishers, or the network drops", ts.topic, lost,
                             lost - self._lost_told.get(ts.topic, 0))
                 self._lost_told[ts.topic] = lost
+        stalled: dict[str, list[tuple[TopicState, Stream]]] = {}  # by publisher: one `heads` request each
         for ts in self.topics.values():
             if ts.reliable:
                 for st in list(ts.streams.values()):
-                    if ts.tail_check(st):
+                    if not ts.tail_check(st):
+                        continue
+                    if st.entry.repair:
+                        stalled.setdefault(st.entry.repair, []).append((ts, st))
+                    else:
                         self._ask_head(ts, st, lambda s, body, _now, ts=ts: ts.on_tail(s, body))
+        for endpoint, streams in stalled.items():
+            for i in range(0, len(streams), MAX_HEADS):
+                self._ask_heads(endpoint, streams[i:i + MAX_HEADS])
+
+    def _ask_heads(self, endpoint: str, streams: list[tuple[TopicState, Stream]]) -> None:
+        """The newest seq of many stalled streams of one publisher, in one request (a request per stream
+        each heartbeat was most of a 10,000-topic subscriber's work)."""
+        def on_reply(reply: Reply) -> None:
+            lasts = reply.get("lasts") if reply.ok else None
+            if not isinstance(lasts, dict):
+                return  # the next beat asks again
+            for ts, st in streams:
+                if self._alive(ts, st) and ts.topic in lasts:
+                    ts.on_tail(st, {"last": lasts[ts.topic]})
+                    self._flush(ts)
+
+        self.rpc.send(endpoint, "heads", on_reply=on_reply, timeout=FETCH_TIMEOUT,
+                      topics=[ts.topic for ts, _st in streams])
 
     def _send_acks(self, refresh: bool) -> None:
         """Durable subscriptions tell each publisher the position they committed: one request per
@@ -394,6 +421,7 @@ class IoLoop:
             return
         self.topics[topic] = ts
         self.handles[topic] = handle
+        self._reliable_handles = None
         if ts.mode not in self.subs:
             self.subs[ts.mode] = self._sub_socket()
             self._read(self.subs[ts.mode], True)
@@ -462,6 +490,7 @@ class IoLoop:
         if others and (handle is None or handle is self.handles.get(topic)):
             first = self.handles[topic]
             self.handles[topic] = others.pop(0)
+            self._reliable_handles = None
             if not others:
                 del self.shared[topic]
             if close:
@@ -469,6 +498,7 @@ class IoLoop:
             return
         ts = self.topics.pop(topic, None)
         handle = self.handles.pop(topic, None)
+        self._reliable_handles = None
         if ts is None:
             return
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))

@@ -69,6 +69,15 @@ def _group_acks(value: object, what: str) -> list[tuple[str, str, list[int], lis
     return out
 
 
+MAX_HEADS = 1024  # topics one `heads` request asks about (a subscriber's tail checks, per publisher)
+
+
+def _topics(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_HEADS:
+        raise wire.WireError(f"{what} must be a list of 1..{MAX_HEADS} topics")
+    return [wire.string(MAX_TOPIC_CHARS)(v, what) for v in value]
+
+
 def _group_names(value: object, what: str) -> list[tuple[str, str]]:
     if not isinstance(value, list) or not 0 < len(value) <= MAX_ACKS:
         raise wire.WireError(f"{what} must be a list of 1..{MAX_ACKS} [topic, group]")
@@ -99,6 +108,7 @@ SERVICE_SCHEMAS: wire.Schemas = {
     "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
               "to": (wire.optional(wire.uint), False)},
     "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
+    "heads": {"topics": (_topics, True)},  # the newest seq of each (reliable subscribers' tail checks)
     "acks": {"items": (_acks, True)},  # durable subscribers' committed positions (acknowledged retention)
     # consumer groups (pubsub/groups.py): a member joins, acks (each renews its lease), leaves
     "gjoin": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "group": (_group, True), "member": _MEMBER,
@@ -146,6 +156,11 @@ class Service:
             return {"held": self.publishing.ack(req["items"])}
         if op in ("gjoin", "gack", "gleave", "groups"):
             return self._group(op, req)
+        if op == "heads":  # topics we do not publish, or that the asker may not read, are left out
+            principal = req["principal"]
+            return {"lasts": {t: r["last"] for t in req["topics"]
+                              if self.publishing.refusal(principal, t, "history") is None
+                              and (r := self.publishing.serve(t, "last")) is not None}}
         topic = req["topic"]
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
