@@ -129,6 +129,12 @@ class Confirmations:
             if not self.alive(ts, st) or st.confirmed:
                 return
             token = reply.get("token") if reply.ok else None
+            waiter = self.waiters.get(ts.topic)
+            if reply.timed_out and waiter is not None and time.monotonic() < waiter.deadline:
+                # a publisher busy past the request's timeout is asked again until the subscribe gives up
+                # on it (many new topics of one publisher at once, on a loaded machine)
+                self.later(backoff, lambda: self._probe(ts, st, min(backoff * 2, 0.5)))
+                return
             if not isinstance(token, int) or isinstance(token, bool):
                 self._unconfirmable(ts, st, reply.err or "no token in the probe reply")
                 return

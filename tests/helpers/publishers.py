@@ -4,7 +4,8 @@
         --ready FILE --go FILE --done FILE [--heartbeat 1.0] [--reliable]
 
 Client c advertises topics "many-<n>" (--prefix) for n in first + c*topics .. first + (c+1)*topics - 1
-(--lazy: leaves it to each topic's first publish), writes
+(--lazy: leaves it to each topic's first publish; --announce: publishes message 0 on each and waits for
+their registrations before `ready`), writes
 FILE `ready` (JSON: the client ids), waits for FILE `go`, publishes `messages` numbered messages on
 each of its topics, then keeps serving (history, repair) until FILE `done` appears.
 """
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chordpub import Client
@@ -33,6 +35,8 @@ def main() -> None:
     ap.add_argument("--reliable", action="store_true")
     ap.add_argument("--prefix", default="many-", help="topic names: PREFIX<n>")
     ap.add_argument("--lazy", action="store_true", help="no advertise: each topic's first publish registers it")
+    ap.add_argument("--announce", action="store_true",
+                    help="with --lazy: publish message 0 on each topic before `ready` (registering it)")
     args = ap.parse_args()
     clients = [Client(args.via, heartbeat=args.heartbeat) for _ in range(args.clients)]
     try:
@@ -40,8 +44,20 @@ def main() -> None:
         for c, client in enumerate(clients):
             first = args.first + c * args.topics
             mine[client] = [f"{args.prefix}{n}" for n in range(first, first + args.topics)]
+
+        def advertise_all(client: Client) -> None:
             for topic in mine[client] if not args.lazy else ():
                 client.advertise(topic, reliable=args.reliable)
+
+        with ThreadPoolExecutor(len(clients)) as pool:  # the clients register at once, each its topics in turn
+            list(pool.map(advertise_all, clients))
+        if args.announce:  # registered by a first publish each, in the background and batched
+            for client, topics in mine.items():
+                for topic in topics:
+                    client.publish(topic, f"{topic}:0")
+            for client in clients:
+                if not client.publisher.advertiser.flush(600):
+                    raise SystemExit("the topics' registrations did not finish")
         tmp = Path(args.ready + ".tmp")
         tmp.write_text(json.dumps([c.id for c in clients]))
         os.replace(tmp, args.ready)

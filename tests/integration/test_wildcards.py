@@ -361,9 +361,10 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
     via = ring.nodes[2].endpoint
     n, clients = 10_000, 4
     files = {k: tmp_path / k for k in ("ready", "go", "done")}
+    started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.publishers", "--via", via,
                              "--clients", str(clients), "--topics", str(n // clients),
-                             "--prefix", "mem/", "--heartbeat", "1.0",
+                             "--prefix", "mem/", "--heartbeat", "1.0", "--lazy", "--announce",
                              *[a for k, f in files.items() for a in (f"--{k}", str(f))]],
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "pub.log", "w"))  # noqa: SIM115
     try:
@@ -371,6 +372,7 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             before = rss_kib()
             wait_for(lambda: files["ready"].exists() or proc.poll() is not None, 120,
                      what="the publishers' topics registered")
+            print(f"{n} topics registered {time.monotonic() - started:.1f}s after the publisher started")
             t0 = time.monotonic()
             sub = client.subscribe("mem/*", reliable=True, timeout=120)  # every topic read and followed
             print(f"a pattern subscribed to {n} existing topics in {time.monotonic() - t0:.1f}s")
@@ -391,8 +393,10 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             assert (held - before) / n <= KIB_PER_FOLLOWED_TOPIC, f"{(held - before) / n:.1f} KiB a topic"
             proc.kill()
             proc.wait(10)
+            killed = time.monotonic()
             wait_for(lambda: not client.io.topics and not sub.pattern.topics, 60,
                      what="the topics' state gone with their leases")
+            print(f"their state gone {time.monotonic() - killed:.1f}s after the publisher was killed")
             print(f"pattern memory: {n} topics cost {(held - before) / n:.1f} KiB each in RSS; "
                   f"{len(client.io.topics)} topic states left after the publisher's leases lapsed")
     finally:

@@ -319,9 +319,9 @@ def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
     """A publisher without history answers a reliable start "nothing held below 11": 4..10 were sent
     live before that reply, on the other connection, and are still on their way; they are delivered
     when they come, not dead-lettered. Only a stream that stalls for two beats gives up what the
-    publisher no longer holds. (Take `_give_up`'s limit at the live stream away, and 4..10 are
-    dead-lettered, then dropped as duplicates when they arrive; fetch at the first beat that finds the
-    publisher ahead, and 11..12 are fetched before they could have come.)"""
+    publisher no longer holds. To see it fail: take `_give_up`'s limit at the live stream away, and
+    4..10 are dead-lettered, then dropped as duplicates when they arrive; fetch at the first beat that
+    finds the publisher ahead, and 11..12 are fetched before they could have come."""
     ts = TopicState("t", "me", reliable=True)
     (st,), _ = ts.reconcile([A])
     ts.fetches.clear()
