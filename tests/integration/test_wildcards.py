@@ -1,5 +1,9 @@
 """Pattern subscriptions over the ring (pubsub/patterns.py): a pattern placed at its prefix record
-learns the topics publishers announce there, old and new, and receives exactly what it matches."""
+learns the topics publishers announce there, old and new, and receives exactly what it matches.
+
+Long because it holds the acceptance of pattern subscriptions whole: what a pattern receives, groups,
+durable patterns, a killed prefix owner, thousands of topics and their memory, each sharing the
+module's ring."""
 
 from __future__ import annotations
 
@@ -292,7 +296,7 @@ def test_thousands_of_new_topics_at_one_node_are_placed_and_renewed_past_one_req
         delivered = sorted(m.text for m in got)
         print(f"{len(delivered)} of {len(topics)} first messages delivered, {len(lost)} dead letters")
         assert len(set(delivered)) == len(delivered)
-        assert sorted(delivered + sorted({d.topic for d in lost})) == sorted(topics)
+        assert set(delivered) | {d.topic for d in lost} == set(topics)  # none lost unrecorded
         lease = 3 * HB
         wait_for(lambda: publisher.registrar.renewals >= 4, 10 * lease, what="renewals past three leases")
         with Client(via, heartbeat=HB) as late:
@@ -326,7 +330,10 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
                     got.append(m.text)
             return len(got) >= len(topics)
 
-        wait_for(all_in, 60, what="the first message of each topic")
+        try:
+            wait_for(all_in, 60, what="the first message of each topic")
+        except TimeoutError as exc:
+            raise AssertionError(f"{len(got)} of {len(topics)} first messages") from exc
         assert sorted(got) == sorted(topics)
         with pytest.raises(ValueError, match="given twice"):
             sub.subscribe_many(["x/1", "x/1"])
