@@ -122,7 +122,6 @@ class Replication:
             if not self._hand_back_pending:  # only what hand-overs gave us, not the replicas we keep
                 node.handed_foreign.intersection_update(e[0] for e in foreign)  # (gone, or ours by now)
                 foreign = [e for e in foreign if e[0] in node.handed_foreign]
-            handing = {e[0] for e in foreign}
         by_owner: dict[str, list[EntryTuple]] = {}
         covered: tuple[int, Peer] | None = None  # (k, successor(k)): no node in [k, owner), so one lookup serves all
         for k, entry in sorted((entry_key_id(e[0], self.config.bits, e[3]), e) for e in foreign):
@@ -133,6 +132,9 @@ class Replication:
                 covered = (k, found.owner)
             if covered[1] != self.me:
                 by_owner.setdefault(covered[1].endpoint, []).append(entry)
+        # only what goes to another node leaves the set: an entry whose lookup named us while our own
+        # predecessor says otherwise (a ring still settling) stays owed, not to expire as a replica
+        handing = {e[0] for entries in by_owner.values() for e in entries}
         if all(self.push(endpoint, "handover", entries) for endpoint, entries in by_owner.items()):
             if self._hand_back_pending:
                 log.info("%s handed %d restored entries back to %d owners", self.me.endpoint,
@@ -140,6 +142,7 @@ class Replication:
             self._hand_back_pending = False
             with node.lock:
                 node.handed_foreign -= handing
+                node.handed_foreign |= {e[0] for e in foreign} - handing
 
     def push(self, endpoint: str, op: str, entries: list[EntryTuple]) -> bool:
         ok = True
