@@ -46,7 +46,7 @@ from pubsub.member_links import MemberLinks
 from pubsub.message import DeadLetter, Message
 from pubsub.publishing import PublishingSide
 from pubsub.service import MAX_ACKS, MAX_HEADS, Service
-from pubsub.subscription import Stream, TopicState
+from pubsub.subscription import RESUME_TOPICS, Stream, TopicState
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +422,7 @@ class IoLoop:
         self.topics[topic] = ts
         self.handles[topic] = handle
         self._reliable_handles = None
+        ts.resume.update(handle.resumes.pop(topic, {}))
         if ts.mode not in self.subs:
             self.subs[ts.mode] = self._sub_socket()
             self._read(self.subs[ts.mode], True)
@@ -501,6 +502,10 @@ class IoLoop:
         self._reliable_handles = None
         if ts is None:
             return
+        if handle is not None and not close:  # a pattern's topic: followed again, it resumes where it was
+            handle.resumes[topic] = ts.positions()
+            while len(handle.resumes) > RESUME_TOPICS:
+                del handle.resumes[next(iter(handle.resumes))]
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):

@@ -44,6 +44,7 @@ HELD_LIMIT = 100_000  # per stream: live messages held during catch-up, or out o
 # subscription holds at most its application's pending limit of them, if that is lower (Client.subscribe)
 STRANGER_LIMIT = 10_000  # per topic: messages of publishers the record has not told us of yet
 RESUME_LIMIT = 10_000  # per topic: forgotten publishers whose next sequence number we remember
+RESUME_TOPICS = 10_000  # per pattern subscription: topics it stopped following whose positions it remembers
 
 
 @dataclass
@@ -214,10 +215,22 @@ class TopicState:
         st = self.departed.pop(pid, None)
         if st is not None:
             self.stats.lost_before += st.window.missing()
-            self.resume[pid] = st.expected if self.reliable else st.window.highest + 1
+            self.resume[pid] = self._next(st)
             while len(self.resume) > RESUME_LIMIT:
                 del self.resume[next(iter(self.resume))]
         return st
+
+    def _next(self, st: Stream) -> int:
+        return st.expected if self.reliable else st.window.highest + 1
+
+    def positions(self) -> dict[str, int]:
+        """Each publisher's first seq not yet delivered: what a pattern keeps of a topic it stops
+        following, so that following it again (its announcement lapsed and came back) delivers
+        nothing twice."""
+        out = dict(self.resume)
+        for st in (*self.departed.values(), *self.streams.values()):
+            out[st.id] = self._next(st)
+        return out
 
     def _mismatch(self, entry: PublisherEntry) -> str | None:
         if entry.mode != self.mode:
