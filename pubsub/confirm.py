@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
 PROBE_WINDOW = 64  # probe requests awaiting their reply at one publisher; the rest wait their turn here
+PROBE_QUEUE = 100_000  # probe requests waiting for the window at one publisher; beyond, a stream goes unconfirmed
 
 
 @dataclass
@@ -150,7 +151,11 @@ class Confirmations:
     def _ask(self, endpoint: str, topic: str, on_reply: Callable[[Reply], None]) -> None:
         """One probe request to `endpoint`, once fewer than PROBE_WINDOW of ours await its answer."""
         if self.in_flight.get(endpoint, 0) >= PROBE_WINDOW:
-            self.queued.setdefault(endpoint, deque()).append(lambda: self._ask(endpoint, topic, on_reply))
+            waiting = self.queued.setdefault(endpoint, deque())
+            if len(waiting) >= PROBE_QUEUE:
+                on_reply(Reply(False, err=f"{PROBE_QUEUE} probe requests wait at this publisher already"))
+                return
+            waiting.append(lambda: self._ask(endpoint, topic, on_reply))
             return
 
         def answered(reply: Reply) -> None:
