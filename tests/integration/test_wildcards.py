@@ -7,6 +7,7 @@ module's ring."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -348,11 +349,13 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
     the first message of each new topic reaches it. `sub --topics-file` does the same from a file.
 
     To see it fail, return before waiting (`subscribe_many` not calling `_await_subscribed`): the
-    last topic's owner does not hold the subscription yet when it returns."""
+    last topic's owner does not hold the subscription yet when it returns. Or leave the collector
+    paused after the topics are made."""
     via = ring.nodes[1].endpoint
     topics = [f"many/{i}" for i in range(2000)]
     with Client(via, heartbeat=HB) as sub, Client(via, heartbeat=HB) as pub:
         subs = sub.subscribe_many(topics)
+        assert gc.isenabled(), "the garbage collector, paused while they were made, runs again"
         assert [s.topic for s in subs] == topics
         assert sub.topic_info(topics[-1])["subscribers"] == 1, "in place when subscribe_many returns"
         for t in topics:
