@@ -44,8 +44,9 @@ def announce_field(client_id: str, topic: str) -> str:
     return f"{ANNOUNCE}{client_id}/{key_id(topic):x}"
 
 
-def announce_value(topic: str, entry: PublisherEntry) -> bytes:
-    return topic_value(topic, entry.to_bytes())
+def announce_value(topic: str, entry: PublisherEntry | bytes) -> bytes:
+    """A `top/` field's value: the topic and its publisher's entry (or the entry's bytes, made once)."""
+    return topic_value(topic, entry if isinstance(entry, bytes) else entry.to_bytes())
 
 
 def parse_announcement(name: object, raw: object) -> tuple[str, PublisherEntry] | None:

@@ -189,9 +189,10 @@ class Publisher:
         """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
         clients whose plain patterns there match it, and the consumer groups whose patterns do."""
         found = []
+        value = announce_value(topic, entry)
         for record in announced_at(topic):
             counted: Future = Future()
-            reg = Registration(record, announce_field(self.id, topic), announce_value(topic, entry), watch=False,
+            reg = Registration(record, announce_field(self.id, topic), value, watch=False,
                                read=WATCHER,
                                on_placed=lambda r, c=counted: c.set_result(
                                    (watchers_of(r.fields or {}, topic), pattern_groups(r.fields or {}, topic))),
