@@ -25,10 +25,8 @@ registrar, io_loop).
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -45,9 +43,7 @@ from dht.subjects import check_subscribable, is_pattern
 from dht.transport import Reply
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
-    member_field,
     member_value,
-    subscriber_field,
     topic_info,
 )
 from pubsub.dispatch import (
@@ -57,24 +53,22 @@ from pubsub.dispatch import (
 )
 from pubsub.durable import DataDir, check_name
 from pubsub.envelope import DEFAULT_PRIORITY
+from pubsub.exact_client import await_subscribed, subscribe_exact, subscribe_many, unsubscribe_exact
 from pubsub.group_client import group_terms, join_group, settle_groups
 from pubsub.io_loop import RCVHWM, IoLoop
 from pubsub.message import DeadLetter, Message
 from pubsub.pattern_client import join_pattern_group, subscribe_pattern, unsubscribe_pattern
 from pubsub.patterns import PatternWatches
-from pubsub.positions import PatternPositions, Positions
+from pubsub.positions import PatternPositions
 from pubsub.publication import Publication, check_mode
-from pubsub.publisher import Publisher, refuse
+from pubsub.publisher import Publisher
 from pubsub.publishing import PublishingSide, check_topic
 from pubsub.registrar import Registrar
-from pubsub.registration import Registration, subscriber_value
 from pubsub.service import SERVICE_SCHEMAS
-from pubsub.subscription import HELD_LIMIT, HISTORY_POLICIES, TopicState
+from pubsub.subscription import HISTORY_POLICIES
 
 log = logging.getLogger(__name__)
 
-EXACT_TERMS = ("history", "reliable", "mode", "callback", "pending_limit", "durable", "auto_commit",
-               "history_policy", "batch")  # what subscribe_many hands to an exact topic's subscription
 
 class Client:
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
@@ -301,11 +295,11 @@ class Client:
                 raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
             return join_group(self, topic, group, mode, callback, timeout, pending_limit, durable, history,
                               reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
-        handle, ready, wait = self._exact(topic, history, reliable, mode, callback, timeout, pending_limit, durable,
-                                          auto_commit, history_policy, batch)
+        handle, ready, wait = subscribe_exact(self, topic, history, reliable, mode, callback, timeout, pending_limit,
+                                              durable, auto_commit, history_policy, batch)
         if threading.current_thread() is self.io.thread:
             return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
-        return self._await_subscribed(topic, ready, wait)
+        return await_subscribed(self, topic, ready, wait)
 
     def subscribe_many(self, topics: Iterable[str], *, timeout: float | None = None,
                        **terms: Any) -> list[Subscription]:  # noqa: ANN401 - subscribe()'s terms
@@ -314,106 +308,7 @@ class Client:
         together: thousands of exact topics in a few rounds of the ring rather than one round trip
         each. Patterns and groups among them are subscribed one by one. If one fails, those already
         made are unsubscribed and the error raised."""
-        topics = list(topics)
-        self._check_open()
-        if len(set(topics)) != len(topics):
-            raise ValueError("a topic is given twice")
-        for t in topics:
-            check_subscribable(check_topic(t))
-        wait = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + wait
-        made: list[Subscription] = []
-        waiting: list[tuple[str, Future]] = []
-        exact_terms = {k: v for k, v in terms.items() if k in EXACT_TERMS}
-        collecting = gc.isenabled()
-        try:
-            # Each subscription is a few dozen long-lived objects; made by the thousand, the collector
-            # walked every one of them again each time the heap grew by a quarter: 4.4 of 6.4 s of
-            # 10,000 topics. It waits until they are made (then runs as usual, once).
-            gc.disable()
-            for t in topics:
-                if is_pattern(t) or terms.get("group") is not None:
-                    if collecting:
-                        gc.enable()
-                    made.append(self.subscribe(t, timeout=max(0.0, deadline - time.monotonic()), **terms))
-                    gc.disable()
-                    continue
-                handle, ready, _ = self._exact(t, timeout=wait, **exact_terms)
-                made.append(handle)
-                waiting.append((t, ready))
-            if collecting:
-                gc.enable()
-            for t, ready in waiting:
-                self._await_subscribed(t, ready, max(0.0, deadline - time.monotonic()))
-        except BaseException:
-            if collecting:
-                gc.enable()
-            for handle in made:
-                self.unsubscribe(handle.topic)
-            raise
-        return made
-
-    def _await_subscribed(self, topic: str, ready: Future, wait: float) -> Subscription:
-        try:
-            return ready.result(wait)
-        except FutureTimeout:
-            self.unsubscribe(topic)
-            raise DhtError(f"could not subscribe to {topic!r} via {self.via} within {wait:g}s") from None
-        except PermissionError:
-            self.unsubscribe(topic)
-            raise
-
-    def _exact(self, topic: str, history: int = 0, reliable: bool = False, mode: str = "direct",
-               callback: Callable[[Message], None] | Callable[[list[Message]], None] | None = None,
-               timeout: float | None = None, pending_limit: int = PENDING_LIMIT, durable: object = None,
-               auto_commit: bool = True, history_policy: str = "at_least",
-               batch: bool = False) -> tuple[Subscription, Future, float]:
-        """An exact topic's subscription, started: its handle, the future it is ready by, the wait."""
-        check_mode(mode)
-        if batch and callback is None:
-            raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
-        if isinstance(durable, bool):
-            raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
-        if history_policy not in HISTORY_POLICIES:
-            raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
-        positions = None
-        if durable is not None:
-            if self.data is None:
-                raise ValueError("a durable subscription needs a client with a data_dir")
-            reliable = True
-        with self._lock:
-            if topic in self._subscriptions:
-                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
-        if durable is not None:
-            positions = Positions(self.data, durable, topic, auto_commit)  # type: ignore[arg-type]
-        state = TopicState(topic, self.id, history, reliable, mode, positions.start if positions else None,
-                           history_policy, held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
-        with self._lock:
-            if topic in self._subscriptions:
-                raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
-            if callback is not None and self._callback_thread and self._dispatcher is None:
-                self._dispatcher = Dispatcher(self.id)
-            handle = Subscription(topic, state, self.unsubscribe, callback, self._dispatcher, pending_limit,
-                                  wake=self.io.wake, positions=positions, on_dead_letter=self._dead_letter,
-                                  batch=batch)
-            self._subscriptions[topic] = handle
-        wait = self.timeout if timeout is None else timeout
-        ready: Future = Future()
-
-        owed = positions.knows if positions else None
-
-        def placed(reg: Registration) -> None:
-            publishers = reg.all_publishers(owed)
-            self.io.call(lambda: self.io.attach(state, handle, publishers, reg.relay, ready, wait))
-
-        reg = Registration(topic, subscriber_field(mode, self.id), subscriber_value(mode), watch=True,
-                           relay_service="relay_out" if mode == "relay" else None, on_placed=placed,
-                           on_publishers=lambda r: self._publishers_changed(topic, r, owed),
-                           on_relay=lambda r: self.io.call(lambda: self.io.set_relay(topic, r.relay)),
-                           on_refused=lambda _r, err: refuse(ready, err),
-                           archive_read=history > 0 or reliable, mode=mode)
-        self.registrar.call(lambda: self.registrar.register(reg))
-        return handle, ready, wait
+        return subscribe_many(self, topics, timeout, terms)
 
     def topic_info(self, topic: str, timeout: float | None = None) -> dict:
         """What the ring holds for `topic`, as `chordpub topic info --json` prints it: its key id, its
@@ -436,10 +331,6 @@ class Client:
         except FutureTimeout:
             raise DhtError(f"no answer about topic {topic!r} via {self.via} within {wait:g}s") from None
 
-    def _publishers_changed(self, topic: str, reg: Registration, owed: Callable[[str], bool] | None) -> None:
-        publishers = reg.all_publishers(owed)
-        self.io.call(lambda: self.io.set_publishers(topic, publishers))
-
     def unsubscribe(self, topic: str) -> None:
         """Stop following `topic`: nothing more of it is delivered once this returns, and the owner
         drops our registration at once."""
@@ -449,32 +340,8 @@ class Client:
             return
         if handle.pattern is not None:
             unsubscribe_pattern(self, handle)
-            return
-        detached = threading.Event()
-
-        def detach() -> None:
-            self.io.detach(topic, handle=handle)
-            detached.set()
-
-        if threading.current_thread() is self.io.thread:
-            detach()
         else:
-            handle.close()  # a waiting get() returns now; the io loop stops delivering below
-            self.io.call(detach)
-            detached.wait(self.timeout)
-        if self._dispatcher is not None:
-            self._dispatcher.quiesce(handle)
-        deleted = threading.Event()
-
-        def unregister() -> None:
-            group = handle.group
-            self.registrar.unregister(topic, member_field(group, self.id) if group is not None
-                                      else subscriber_field(handle._state.mode, self.id))
-            deleted.set()
-
-        self.registrar.call(unregister)
-        if threading.current_thread() not in (self.registrar.thread, self.io.thread):
-            deleted.wait(self.timeout)  # (a callback does not hold the loop for it: the delete is on its way)
+            unsubscribe_exact(self, topic, handle)
 
     @property
     def subscriptions(self) -> dict[str, Subscription]:

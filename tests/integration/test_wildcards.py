@@ -348,7 +348,7 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
     """`subscribe_many` places 2,000 exact subscriptions together and returns once each is in place:
     the first message of each new topic reaches it. `sub --topics-file` does the same from a file.
 
-    To see it fail, return before waiting (`subscribe_many` not calling `_await_subscribed`): the
+    To see it fail, return before waiting (`subscribe_many` not calling `await_subscribed`): the
     last topic's owner does not hold the subscription yet when it returns. Or leave the collector
     paused after the topics are made."""
     via = ring.nodes[1].endpoint
