@@ -19,8 +19,8 @@ a third runs callbacks instead when `callback_thread=True` (pubsub/delivery.py).
 on the caller's thread.
 
 Long because it is the documented Python API: a third of it is the docstrings users read
-(`help(Client)`); what each call does is in the modules it hands to (publisher, group_client,
-registrar, io_loop).
+(`help(Client)`); what each call does is in the modules it hands to (publisher, exact_client,
+pattern_client, group_client, registrar, io_loop).
 """
 
 from __future__ import annotations
