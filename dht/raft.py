@@ -1,0 +1,390 @@
+"""Raft (Ongaro & Ousterhout, USENIX ATC'14) as a pure state machine: no sockets, no clocks, no threads.
+
+The caller owns time and the network, as with etcd-io/raft: it calls `tick()` at a fixed period,
+`step(message)` for each message that arrives, `propose(data)` for a command, and after each call
+takes `ready()`: the hard state and the log entries to make durable (before anything is sent), the
+messages to send, and the entries now committed, to apply in order. That keeps every rule below
+testable by a loop that plays the network (tests/unit/test_raft.py) and lets the node drive one
+group per arc with its existing transport.
+
+What is here, by the paper's sections:
+- leader election (§5.2) with randomized election timeouts, and pre-vote (thesis §9.6): a node cut
+  off from its group asks first whether it could win, so it does not raise the term of the others
+  when it comes back;
+- log replication (§5.3) with the consistency check and the leader's back-off to a follower's log;
+- safety (§5.4): a vote only for a candidate whose log is at least as up to date, and a leader commits
+  by counting replicas only for an entry of its own term (§5.4.2, Figure 8);
+- leases (thesis §6.4): a member that heard from a leader within `election_ticks` neither votes nor
+  lets a candidate raise its term (and a member that starts waits that long too: it may have heard
+  from one just before it stopped). So once a majority has answered an append the leader sent at
+  tick t, no other leader can be elected before t + `election_ticks`: the leader is certainly the
+  only one until then (`lease_ticks()`), and it steps down when that time passes without a newer
+  majority, before any other member could be elected (ticks of equal length at every member: the
+  caller's clocks may drift by less than the `drift_ticks` margin);
+- membership changes one server at a time (thesis §4.1): a configuration entry takes effect when it
+  is appended, and only one may be uncommitted at a time.
+Log compaction and snapshots are not here: a group's log is the caller's to truncate once applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+FOLLOWER, PRE_CANDIDATE, CANDIDATE, LEADER = "follower", "pre-candidate", "candidate", "leader"
+MAX_APPEND = 64  # entries in one append message at most (a follower far behind catches up in steps)
+
+
+class NotLeader(Exception):
+    """A proposal to a node that is not the leader; `leader` names the one it knows (None: none)."""
+
+    def __init__(self, leader: str | None) -> None:
+        super().__init__(f"not the leader (the leader is {leader})" if leader else "not the leader (none known)")
+        self.leader = leader
+
+
+@dataclass(frozen=True)
+class Entry:
+    term: int
+    index: int
+    data: bytes = b""
+    members: tuple[str, ...] | None = None  # a configuration entry: the group's members from here on
+
+
+@dataclass(frozen=True)
+class Vote:
+    """RequestVote (§5.2), or its pre-vote probe: `term` is the term the candidate would stand in."""
+
+    src: str
+    dst: str
+    term: int
+    last_index: int
+    last_term: int
+    pre: bool = False
+
+
+@dataclass(frozen=True)
+class VoteReply:
+    src: str
+    dst: str
+    term: int
+    granted: bool
+    pre: bool = False
+
+
+@dataclass(frozen=True)
+class Append:
+    """AppendEntries (§5.3); with no entries, the heartbeat."""
+
+    src: str
+    dst: str
+    term: int
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+    sent: int = 0  # the leader's tick when it sent this: echoed back, it dates the follower's lease
+
+
+@dataclass(frozen=True)
+class AppendReply:
+    src: str
+    dst: str
+    term: int
+    success: bool
+    index: int  # success: the follower's log matches up to here; refused: its last index (a hint)
+    sent: int = 0  # the `sent` of the append answered
+
+
+Message = Vote | VoteReply | Append | AppendReply
+
+
+@dataclass
+class Ready:
+    """What one call produced: persist `term`, `voted_for` and `entries` (which replace the log from
+    their first index on) before sending `messages`; apply `committed` in order."""
+
+    term: int
+    voted_for: str | None
+    entries: list[Entry] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    committed: list[Entry] = field(default_factory=list)
+
+
+class Raft:
+    """One member of one group. `members` is the group's first configuration (the same at every
+    member); `log`, `term` and `voted_for` what the caller persisted before a restart. `random(lo, hi)`
+    draws an integer in [lo, hi]: the election timeout, in ticks, from `election_ticks` to twice it."""
+
+    def __init__(self, id: str, members: tuple[str, ...], random: Callable[[int, int], int], *,
+                 election_ticks: int = 10, heartbeat_ticks: int = 1, drift_ticks: int = 1, term: int = 0,
+                 voted_for: str | None = None, log: list[Entry] | None = None) -> None:
+        if heartbeat_ticks < 1 or election_ticks <= heartbeat_ticks + drift_ticks or drift_ticks < 0:
+            raise ValueError("ticks: 1 <= heartbeat_ticks, 0 <= drift_ticks, heartbeat + drift < election_ticks")
+        self.id = id
+        self.random = random
+        self.election_ticks, self.heartbeat_ticks, self.drift_ticks = election_ticks, heartbeat_ticks, drift_ticks
+        self.term, self.voted_for = term, voted_for
+        self.log: list[Entry] = list(log or [])
+        self.initial = tuple(members)
+        self.commit = 0
+        self.applied = 0
+        self.role = FOLLOWER
+        self.leader: str | None = None
+        self.votes: set[str] = set()
+        self.next_index: dict[str, int] = {}
+        self.match_index: dict[str, int] = {}
+        self.now = 0  # ticks so far
+        self.acked: dict[str, int] = {}  # leader: member -> the newest `sent` of an append it answered
+        self.led_from = 0  # candidate and leader: the tick its campaign began
+        self.elapsed = 0  # ticks since the election timeout was last reset
+        self.since_leader = 0  # ticks since a leader was last heard from: none votes within a lease of it
+        self.timeout = self.random(election_ticks, 2 * election_ticks - 1)
+        self._out: list[Message] = []
+        self._unsaved_from: int | None = None
+        self._saved = (term, voted_for)
+
+    # -- what the caller reads ---------------------------------------------------------------------------
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The configuration in force: the last one in the log, committed or not (thesis §4.1)."""
+        for e in reversed(self.log):
+            if e.members is not None:
+                return e.members
+        return self.initial
+
+    @property
+    def last_index(self) -> int:
+        return self.log[-1].index if self.log else 0
+
+    @property
+    def last_term(self) -> int:
+        return self.log[-1].term if self.log else 0
+
+    def term_at(self, index: int) -> int:
+        return self.log[index - 1].term if 0 < index <= len(self.log) else 0
+
+    def lease_ticks(self) -> int:
+        """Ticks for which this leader is certainly the only one (0: not a leader)."""
+        return max(0, self._lease_end() - self.now) if self.role == LEADER else 0
+
+    def _lease_end(self) -> int:
+        """The tick by which this leader must have stepped down: `election_ticks` (less the drift margin)
+        after the newest append a majority has answered, or, until a majority has, after the tick its
+        campaign began (its voters, too, vote for no one else for a lease)."""
+        sent = sorted((self.now if p == self.id else self.acked.get(p, self.led_from) for p in self.members),
+                      reverse=True)
+        return max(sent[self._quorum() - 1], self.led_from) + self.election_ticks - self.drift_ticks
+
+    def ready(self) -> Ready:
+        out = Ready(self.term, self.voted_for, messages=self._out)
+        self._out = []
+        if self._unsaved_from is not None:
+            out.entries = self.log[self._unsaved_from - 1:]
+            self._unsaved_from = None
+        if self.commit > self.applied:
+            out.committed = self.log[self.applied:self.commit]
+            self.applied = self.commit
+        return out
+
+    # -- what the caller feeds ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.now += 1
+        self.elapsed += 1
+        self.since_leader += 1
+        if self.role == LEADER:
+            if self.elapsed >= self.heartbeat_ticks:
+                self.elapsed = 0
+                self._broadcast_append()
+            if self.now >= self._lease_end():
+                self._become_follower(self.term, None)  # no majority answered within a lease: step down
+        elif self.elapsed >= self.timeout and self.id in self.members:
+            self._campaign(pre=True)
+
+    def propose(self, data: bytes = b"", members: tuple[str, ...] | None = None) -> int:
+        """Append a command (or, with `members`, a configuration change of one member) at the leader;
+        its index. NotLeader elsewhere; ValueError for a change of more than one member, or while
+        another change is not committed yet."""
+        if self.role != LEADER:
+            raise NotLeader(self.leader)
+        if members is not None:
+            if len(set(members) ^ set(self.members)) != 1:
+                raise ValueError("a configuration change adds or removes exactly one member")
+            if any(e.members is not None for e in self.log[self.commit:]):
+                raise ValueError("a configuration change is already under way")
+        self._append([Entry(self.term, self.last_index + 1, data, members)])
+        self._broadcast_append()
+        self._advance_commit()
+        return self.last_index
+
+    def step(self, msg: Message) -> None:
+        """Take one message addressed to this member. Anything from a non-member, or not addressed
+        here, is ignored (a group's members can change under messages in flight)."""
+        if msg.dst != self.id:
+            return
+        if msg.term > self.term:
+            if isinstance(msg, Vote) and self._in_lease():
+                return  # a leader is alive for us: no vote, no term raised (thesis §4.2.3, leases)
+            if isinstance(msg, Vote) and msg.pre:
+                pass  # a pre-vote does not change our term
+            elif isinstance(msg, VoteReply) and msg.pre and msg.granted:
+                pass  # (granted pre-votes carry the future term)
+            else:
+                self._become_follower(msg.term, msg.src if isinstance(msg, Append) else None)
+        if isinstance(msg, Vote):
+            self._on_vote(msg)
+        elif isinstance(msg, VoteReply):
+            self._on_vote_reply(msg)
+        elif isinstance(msg, Append):
+            self._on_append(msg)
+        elif isinstance(msg, AppendReply):
+            self._on_append_reply(msg)
+
+    # -- elections ---------------------------------------------------------------------------------------
+    def _quorum(self) -> int:
+        return len(self.members) // 2 + 1
+
+    def _in_lease(self) -> bool:
+        return self.role == LEADER or self.since_leader < self.election_ticks
+
+    def _campaign(self, pre: bool) -> None:
+        self.elapsed = 0
+        self.timeout = self.random(self.election_ticks, 2 * self.election_ticks - 1)
+        if pre:
+            self.role = PRE_CANDIDATE
+        else:
+            self.role = CANDIDATE
+            self.term += 1
+            self.voted_for = self.id
+            self.led_from = self.now  # its voters' leases begin after this tick
+        self.leader = None
+        self.votes = {self.id}
+        if len(self.votes) >= self._quorum():
+            self._campaign(pre=False) if pre else self._become_leader()
+            return
+        term = self.term + 1 if pre else self.term
+        for peer in self.members:
+            if peer != self.id:
+                self._out.append(Vote(self.id, peer, term, self.last_index, self.last_term, pre))
+
+    def _on_vote(self, msg: Vote) -> None:
+        up_to_date = (msg.last_term, msg.last_index) >= (self.last_term, self.last_index)
+        if msg.pre:
+            granted = msg.term > self.term and up_to_date and not self._in_lease()
+            self._out.append(VoteReply(self.id, msg.src, msg.term if granted else self.term, granted, True))
+            return
+        granted = (msg.term == self.term and self.voted_for in (None, msg.src) and up_to_date)
+        if granted:
+            self.voted_for = msg.src
+            self.elapsed = 0
+            self.since_leader = 0  # a vote grants a lease: no other vote within it
+        self._out.append(VoteReply(self.id, msg.src, self.term, granted))
+
+    def _on_vote_reply(self, msg: VoteReply) -> None:
+        if msg.pre != (self.role == PRE_CANDIDATE) or self.role not in (PRE_CANDIDATE, CANDIDATE):
+            return
+        if msg.term != (self.term + 1 if msg.pre else self.term):
+            return  # an answer of an earlier round
+        if msg.granted and msg.src in self.members:
+            self.votes.add(msg.src)
+            if len(self.votes) >= self._quorum():
+                if msg.pre:
+                    self._campaign(pre=False)
+                else:
+                    self._become_leader()
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        if term > self.term:
+            self.term, self.voted_for = term, None
+        self.role = FOLLOWER
+        self.leader = leader
+        self.elapsed = 0
+        self.timeout = self.random(self.election_ticks, 2 * self.election_ticks - 1)
+
+    def _become_leader(self) -> None:
+        self.role = LEADER
+        self.leader = self.id
+        self.elapsed = 0
+        self.acked = {}
+        self.next_index = {p: self.last_index + 1 for p in self.members}
+        self.match_index = {p: 0 for p in self.members}
+        self._append([Entry(self.term, self.last_index + 1)])  # a no-op of its term: commits what came before
+        self._broadcast_append()
+        self._advance_commit()
+
+    # -- replication -------------------------------------------------------------------------------------
+    def _append(self, entries: list[Entry]) -> None:
+        first = entries[0].index
+        del self.log[first - 1:]
+        self.log.extend(entries)
+        self._unsaved_from = first if self._unsaved_from is None else min(self._unsaved_from, first)
+        if self.role == LEADER:
+            self.match_index[self.id] = self.last_index
+            for peer in self.members:  # a member added by this entry starts from the leader's next index
+                self.next_index.setdefault(peer, self.last_index)
+                self.match_index.setdefault(peer, 0)
+
+    def _broadcast_append(self) -> None:
+        for peer in self.members:
+            if peer != self.id:
+                self._send_append(peer)
+
+    def _send_append(self, peer: str) -> None:
+        nxt = max(1, min(self.next_index.get(peer, self.last_index + 1), self.last_index + 1))
+        entries = tuple(self.log[nxt - 1:nxt - 1 + MAX_APPEND])
+        self._out.append(Append(self.id, peer, self.term, nxt - 1, self.term_at(nxt - 1), entries, self.commit,
+                                self.now))
+
+    def _on_append(self, msg: Append) -> None:
+        if msg.term < self.term:
+            self._out.append(AppendReply(self.id, msg.src, self.term, False, self.last_index))
+            return
+        if self.role != FOLLOWER or self.leader != msg.src:
+            self._become_follower(msg.term, msg.src)
+        self.elapsed = 0
+        self.since_leader = 0
+        if msg.prev_index > self.last_index or self.term_at(msg.prev_index) != msg.prev_term:
+            self._out.append(AppendReply(self.id, msg.src, self.term, False, min(self.last_index, msg.prev_index - 1),
+                                         msg.sent))
+            return
+        fresh = [e for e in msg.entries if self.term_at(e.index) != e.term]  # what is new or conflicts
+        if fresh:
+            self._append(fresh)
+        matched = msg.prev_index + len(msg.entries)
+        if msg.commit > self.commit:
+            self.commit = max(self.commit, min(msg.commit, matched))  # (a reordered append matches less)
+        self._out.append(AppendReply(self.id, msg.src, self.term, True, matched, msg.sent))
+
+    def _on_append_reply(self, msg: AppendReply) -> None:
+        if self.role != LEADER or msg.term != self.term or msg.src not in self.members:
+            return
+        self.acked[msg.src] = max(self.acked.get(msg.src, -self.election_ticks), msg.sent)
+        if msg.success:
+            if msg.index > self.match_index.get(msg.src, 0):
+                self.match_index[msg.src] = msg.index
+                self.next_index[msg.src] = msg.index + 1
+                self._advance_commit()
+            if self.next_index.get(msg.src, 1) <= self.last_index:
+                self._send_append(msg.src)
+        else:  # back off, never below what it matched (a refusal can be older than that)
+            floor = self.match_index.get(msg.src, 0) + 1
+            self.next_index[msg.src] = max(floor, min(self.next_index.get(msg.src, 1) - 1, msg.index + 1))
+            self._send_append(msg.src)
+
+    def _advance_commit(self) -> None:
+        """The highest index a majority holds, if it is of this term (§5.4.2: never by counting an
+        older term's entry, Figure 8). A leader whose removal is committed leads no more."""
+        members = self.members
+        matched = sorted((self.last_index if p == self.id else self.match_index.get(p, 0) for p in members),
+                         reverse=True)
+        n = matched[self._quorum() - 1]
+        if n > self.commit and self.term_at(n) == self.term:
+            self.commit = n
+        if self.role == LEADER and self.id not in members and self._config_index() <= self.commit:
+            self._become_follower(self.term, None)
+
+    def _config_index(self) -> int:
+        for e in reversed(self.log):
+            if e.members is not None:
+                return e.index
+        return 0
