@@ -200,6 +200,7 @@ class IoLoop:
         """A reliable subscription whose application fell behind stops our intake (back-pressure)."""
         if self._reliable_handles is None:  # (one handle serves every topic of a pattern: each once)
             distinct = {id(h): h for t, h in self.handles.items() if self.topics[t].reliable}
+            distinct.update((id(h), h) for t, hs in self.shared.items() if self.topics[t].reliable for h in hs)
             self._reliable_handles = list(distinct.values())
         full = any(h.full for h in self._reliable_handles)
         for sock in self.subs.values():
@@ -417,6 +418,7 @@ class IoLoop:
                 log.warning("%s: followed already (reliable=%s, history=%d); this subscription gets it on "
                             "those terms", topic, held.reliable, held.history)
             self.shared.setdefault(topic, []).append(handle)
+            self._reliable_handles = None
             future.set_result(handle)
             return
         self.topics[topic] = ts
@@ -483,6 +485,7 @@ class IoLoop:
         others = self.shared.get(topic, [])
         if handle is not None and handle in others:
             others.remove(handle)
+            self._reliable_handles = None
             if not others:
                 del self.shared[topic]
             if close:

@@ -137,6 +137,33 @@ def test_a_topic_whose_announcement_lapses_and_comes_back_delivers_nothing_twice
     assert [m.seq for m in got] == list(range(1, 9)), "each message once, in order"
 
 
+def test_a_reliable_pattern_sharing_a_topic_holds_back_the_intake_when_its_application_lags(ring):
+    """A topic two subscriptions of one client want is received once and handed to both. When the
+    second (here a pattern, `pending_limit=100`) is not read, the client stops taking messages in, as
+    it does for the first: what waits for its application stays bounded, and nothing is lost.
+
+    To see it fail, leave the shared subscriptions out of the back-pressure check
+    (`_update_reading` counting `handles` only): the pattern's queue grows to every message."""
+    via = ring.nodes[0].endpoint
+    n, limit = 3000, 100
+    with Client(via, heartbeat=HB) as pub, Client(via, heartbeat=HB) as sub:
+        pub.advertise("held/x", reliable=True, history=n, retain_messages=n)
+        first: list = []
+        sub.subscribe("held/x", reliable=True, callback=lambda m: first.append(m.seq))
+        lagging = sub.subscribe("held/*", reliable=True, pending_limit=limit)
+        pub.publish_many("held/x", [b"m"] * n)
+        wait_for(lambda: lagging.pending >= limit, 20, what="the lagging subscription full")
+        most = 0
+        deadline = time.monotonic() + 1.0  # observed over a second: the bound holds while it lags
+        while time.monotonic() < deadline:
+            most = max(most, lagging.pending)
+        assert most < 4 * limit, f"{most} messages wait for an application that reads none"
+        got: list = []
+        drain(lagging, got, n)
+        wait_for(lambda: len(first) >= n, 20, what="the first subscription's messages")
+    assert [m.seq for m in got] == list(range(1, n + 1)) and first == list(range(1, n + 1))
+
+
 @pytest.mark.parametrize("bad", ["a/>/b", "a*", "x/y>", "a//*", ">", "*/temp"])
 def test_a_bad_pattern_is_refused_with_one_line(ring, bad):
     with Client(ring.nodes[0].endpoint, heartbeat=HB) as c, pytest.raises(ValueError) as err:
