@@ -71,7 +71,6 @@ class Subscription:
         self.pattern: object | None = None  # a pattern subscription's follower (pubsub/patterns.py)
         self.pattern_record: str | None = None  # and the prefix record it is placed at
         self.group_pattern = False  # a consumer group's pattern: its topics are memberships, not topic states
-        self.resumes: dict[str, dict[str, int]] = {}  # a pattern's: topics it stopped following -> positions
 
     # -- the application's side ------------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Message | None:

@@ -83,7 +83,7 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
         client.io.call(lambda: client.io.set_publishers(topic, entries))
 
     def detach(topic: str) -> None:
-        client.io.call(lambda: client.io.detach(topic, close=False, handle=handle))
+        client.io.call(lambda: client.io.leave_later(topic, handle))
 
     follower = PatternFollower(pattern, attach, update, detach)
     return _placed(client, handle, record, follower, confirming, wait, f"subscribe to {pattern!r}")
