@@ -134,8 +134,8 @@ class Subscription:
     @property
     def warnings(self) -> list[str]:
         """What may keep messages from this subscription: publishers not matched (another mode, too
-        little history)."""
-        return sorted(self._state.unmatched.values())
+        little history), and a pattern's topics past its bound."""
+        return sorted(self._state.unmatched.values()) + list(getattr(self.pattern, "warnings", []))
 
     @property
     def active(self) -> bool:

@@ -158,6 +158,7 @@ class PatternFollower:
         self._attach, self._update, self._detach = attach, update, detach
         self.topics: dict[str, list[PublisherEntry]] = {}
         self.first_read: Future = Future()
+        self.not_followed = 0  # topics it matched past MAX_TOPICS_PER_PATTERN (each time one was announced)
 
     def refresh(self, topics: set[str], index: Announcements) -> None:
         """Follow what `index` now says of `topics` (those a change touched)."""
@@ -172,6 +173,7 @@ class PatternFollower:
                     self._detach(topic)
             elif held is None:
                 if len(self.topics) >= MAX_TOPICS_PER_PATTERN:
+                    self.not_followed += 1
                     log.warning("%s follows %d topics already (its bound); %r is not followed",
                                 self.pattern, MAX_TOPICS_PER_PATTERN, topic)
                     continue
@@ -182,6 +184,14 @@ class PatternFollower:
                 self._update(topic, entries)
         if not self.first_read.done():
             self.first_read.set_result(sorted(self.topics))
+
+    @property
+    def warnings(self) -> list[str]:
+        """What this pattern does not receive because of its bound (`Subscription.warnings`)."""
+        if not self.not_followed:
+            return []
+        return [f"{self.pattern} matched topics past its bound of {MAX_TOPICS_PER_PATTERN} followed topics "
+                f"{self.not_followed} times; those are not followed"]
 
 
 class PatternWatches:
