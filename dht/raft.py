@@ -126,6 +126,7 @@ class Raft:
         self.election_ticks, self.heartbeat_ticks, self.drift_ticks = election_ticks, heartbeat_ticks, drift_ticks
         self.term, self.voted_for = term, voted_for
         self.log: list[Entry] = list(log or [])
+        self._configs = [e.index for e in self.log if e.members is not None]  # configuration entries, in order
         self.initial = tuple(members)
         self.commit = 0
         self.applied = 0
@@ -148,10 +149,7 @@ class Raft:
     @property
     def members(self) -> tuple[str, ...]:
         """The configuration in force: the last one in the log, committed or not (thesis §4.1)."""
-        for e in reversed(self.log):
-            if e.members is not None:
-                return e.members
-        return self.initial
+        return self.log[self._configs[-1] - 1].members if self._configs else self.initial  # type: ignore[return-value]
 
     @property
     def last_index(self) -> int:
@@ -210,7 +208,7 @@ class Raft:
         if members is not None:
             if len(set(members) ^ set(self.members)) != 1:
                 raise ValueError("a configuration change adds or removes exactly one member")
-            if any(e.members is not None for e in self.log[self.commit:]):
+            if self._config_index() > self.commit:
                 raise ValueError("a configuration change is already under way")
         self._append([Entry(self.term, self.last_index + 1, data, members)])
         self._broadcast_append()
@@ -316,7 +314,10 @@ class Raft:
     def _append(self, entries: list[Entry]) -> None:
         first = entries[0].index
         del self.log[first - 1:]
+        while self._configs and self._configs[-1] >= first:
+            self._configs.pop()
         self.log.extend(entries)
+        self._configs.extend(e.index for e in entries if e.members is not None)
         self._unsaved_from = first if self._unsaved_from is None else min(self._unsaved_from, first)
         if self.role == LEADER:
             self.match_index[self.id] = self.last_index
@@ -384,7 +385,4 @@ class Raft:
             self._become_follower(self.term, None)
 
     def _config_index(self) -> int:
-        for e in reversed(self.log):
-            if e.members is not None:
-                return e.index
-        return 0
+        return self._configs[-1] if self._configs else 0
