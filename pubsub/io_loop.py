@@ -56,6 +56,7 @@ BATCH = 2000  # messages read from one socket before the others get a turn
 LEAVE_HEARTBEAT = 1.0  # a pattern leaves a topic a lease after it is no longer announced, counted in
 # heartbeats of at least this (a publisher's default): long enough for its next renewal to announce it again
 FETCH_TIMEOUT = 2.0
+HEAD_TRIES = 3  # times a publisher's newest seq is asked for when it does not answer within FETCH_TIMEOUT
 FETCH_HELD = 0.05  # seconds between looks whether a full subscription can take a repair now
 ACK_REFRESH_BEATS = 10
 GROUP_TICK = 0.02  # seconds between looks at our consumer groups (members' connections, ack waits) and,
@@ -327,12 +328,18 @@ class IoLoop:
         self.rpc.send(st.entry.repair, "range", on_reply=on_reply, timeout=FETCH_TIMEOUT, topic=ts.topic,
                       **{"from": lo, "to": hi})
 
-    def _ask_head(self, ts: TopicState, st: Stream, then: Callable[[Stream, dict, int], None]) -> None:
+    def _ask_head(self, ts: TopicState, st: Stream, then: Callable[[Stream, dict, int], None],
+                  tries: int = HEAD_TRIES) -> None:
+        """The publisher's newest seq, for `then`. A publisher too busy to answer in time is asked again
+        (a stream that starts without it is owed from seq 1, and dead-letters what it was never owed)."""
         def on_reply(reply: Reply) -> None:
             if not self._alive(ts, st):
                 return
             if reply.ok:
                 then(st, reply.body, time.time_ns())
+            elif reply.timed_out and tries > 1:
+                self._ask_head(ts, st, then, tries - 1)
+                return
             elif st.catching_up:
                 ts.fetch_done(st, time.time_ns())
             self._flush(ts)

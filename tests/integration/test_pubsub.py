@@ -231,6 +231,49 @@ def test_reliable_mode_repairs_every_gap_inside_the_history_and_dead_letters_the
     assert stats_lost == len(lost)
 
 
+def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_message(ring, monkeypatch):
+    """A reliable subscriber joining a running publisher that keeps no history (no --reliable, no
+    --history) is owed from the message after its newest: 1..5, sent before it came, cannot be repaired
+    and are not its dead letters. The publisher, too busy, drops the first ask for its newest seq: the
+    subscriber asks again rather than starting owed from seq 1.
+
+    To see it fail, ask once (`HEAD_TRIES = 1`): the subscriber dead-letters 1..5."""
+    via = ring.nodes[5].endpoint
+    dead: list = []
+    with Client(via, heartbeat=0.3) as publisher, Client(via, heartbeat=0.3, on_dead_letter=dead.append) as client:
+        publisher.advertise("plain-running")  # registered: what it publishes now goes out at once, to nobody
+        for i in range(5):
+            publisher.publish("plain-running", f"before {i}")
+        server, dropped = publisher.io.service.server, []
+        handle_frames = server.handle_frames
+
+        def busy_once(frames: list[bytes], principal: str | None = None) -> list[bytes] | None:
+            try:
+                op = msgpack.unpackb(frames[-1], raw=False).get("op")
+            except Exception:  # noqa: BLE001 - not ours to judge: the server answers it
+                op = None
+            if op == "last" and not dropped:
+                dropped.append(frames)
+                return None  # never answered: the asker's timeout runs out
+            return handle_frames(frames, principal)
+
+        monkeypatch.setattr(server, "handle_frames", busy_once)
+        sub = client.subscribe("plain-running", reliable=True)
+        for i in range(3):
+            publisher.publish("plain-running", f"after {i}")
+        got: list = []
+
+        def three() -> bool:
+            while (m := sub.get(timeout=0.01)) is not None:
+                got.append(m)
+            return len(got) >= 3
+
+        wait_for(three, 20, what="the three messages sent after the subscription")
+    assert dropped, "the publisher was never asked for its newest seq"
+    assert [(m.seq, m.first_owed, m.text) for m in got] == [(6 + i, 6, f"after {i}") for i in range(3)]
+    assert not dead and sub.lost == 0
+
+
 def test_only_the_strongest_publisher_is_delivered_and_the_next_takes_over(ring, procs, tmp_path):
     heartbeat = 0.5
     via = ring.nodes[7].endpoint

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pubsub import stats
+from pubsub import stats, subscription
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import Envelope
 from pubsub.publication import Publication
@@ -317,13 +317,76 @@ def test_a_late_joiners_live_message_that_beat_the_start_reply_is_delivered_not_
     assert summary["duplicates"] == 0 and summary["expected"] == 3 and ts.lost == 0
 
 
+def test_a_reliable_joiner_of_a_running_publisher_without_history_is_owed_from_its_next_seq():
+    """A publisher that keeps no history has nothing to repair seq 1..10 from: a reliable subscription
+    joining it after they were sent is owed from 11 (asked, as best effort asks), not dead-lettered
+    1..10; what came live before the answer is delivered in order. A publisher with history is still
+    repaired from 1, and one that came after we subscribed is owed from 1.
+
+    To see it fail, fetch every reliable start from 1 (`_repairable` always True): 1..10 come back
+    as a dead letter."""
+    plain = PublisherEntry("127.0.0.1:3", "127.0.0.1:3", "127.0.0.1:3")
+    pub = Publication("t", plain.id, history_size=0)
+    for i in range(12):
+        pub.stamp(b"x", i)
+    ts = TopicState("t", "me", reliable=True)
+    (st, kept), _ = ts.reconcile([plain, A])
+    assert ts.starts == [st] and ts.fetches == [(kept, 1, None)]
+    ts.starts.clear()
+    ts.on_message(env(12, plain), 5)  # live, before the answer (11 was sent before our connection)
+    ts.on_start(st, pub.serve("last", count=0), 6)
+    assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(12, 12)] and not ts.dead
+    assert ts.summary()["expected"] == 1 and ts.lost == 0
+    later = PublisherEntry("127.0.0.1:4", "127.0.0.1:4", "127.0.0.1:4")
+    (st2,), _ = ts.reconcile([plain, A, later])
+    assert ts.fetches[-1] == (st2, 1, None) and st2 not in ts.starts
+
+
+def test_a_stalled_tail_of_a_publisher_without_history_waits_longer_before_it_is_given_up():
+    """Its newest seq counts messages stamped but not yet sent, and a fetch could only dead-letter
+    them: a stalled stream of such a publisher is given up after TAIL_BEATS_UNREPAIRABLE beats ahead,
+    one with history fetched after TAIL_BEATS; a message that comes between starts the count again.
+
+    To see it fail, give both the same patience (`TAIL_BEATS_UNREPAIRABLE = TAIL_BEATS`): the tail
+    that is late under load is fetched, found nowhere and dead-lettered."""
+    plain = PublisherEntry("127.0.0.1:3", "127.0.0.1:3", "127.0.0.1:3")
+    ts = TopicState("t", "me", reliable=True)
+    ts.reconcile([])  # subscribed first: both are owed from seq 1
+    st, kept = ts.reconcile([plain, A])[0]
+    ts.fetches.clear()
+    for s in (st, kept):
+        ts.on_range(s, 1, None, {"first": 1, "last": 0, "messages": []}, 1)
+        ts.fetch_done(s, 1)
+    ts.on_message(env(1, plain), 2)
+    ts.on_message(env(1, A), 2)
+
+    def stalled_beats(stream: PublisherEntry, last: int, most: int = 50) -> int:
+        """Beats with nothing come, the publisher at `last`, until the tail is fetched (or `most`)."""
+        s = ts.streams[stream.id]
+        ts.tail_check(s)  # a beat that saw the stream move
+        for beat in range(1, most + 1):
+            assert ts.tail_check(s)
+            ts.on_tail(s, {"last": last})
+            if any(f[0] is s for f in ts.fetches):
+                return beat
+        return most
+
+    assert stalled_beats(A, 3) == subscription.TAIL_BEATS
+    patience = subscription.TAIL_BEATS_UNREPAIRABLE
+    assert patience > subscription.TAIL_BEATS
+    assert stalled_beats(plain, 3, most=patience - 1) == patience - 1 and not ts.fetches[1:]
+    ts.on_message(env(2, plain), 3)  # it was on its way: delivered, and the count starts again
+    assert stalled_beats(plain, 3) == patience
+
+
 def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
     """A publisher without history answers a reliable start "nothing held below 11": 4..10 were sent
     live before that reply, on the other connection, and are still on their way; they are delivered
     when they come, not dead-lettered. Only a stream that stalls for two beats gives up what the
     publisher no longer holds. To see it fail: take `_give_up`'s limit at the live stream away, and
     4..10 are dead-lettered, then dropped as duplicates when they arrive; fetch at the first beat that
-    finds the publisher ahead, and 11..12 are fetched before they could have come."""
+    finds the publisher ahead, and 11..12 are fetched before they could have come; give up the whole
+    gap a stalled fetch finds, and 13..14, sent since the stall began, are dead-lettered."""
     ts = TopicState("t", "me", reliable=True)
     (st,), _ = ts.reconcile([A])
     ts.fetches.clear()
@@ -336,8 +399,11 @@ def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
     assert [s for _, s, _ in delivered(ts)] == list(range(1, 11)) and not ts.dead and ts.lost == 0
     ts.on_tail(st, {"last": 12})  # a beat with nothing: 11 and 12 may still be on their way (the
     assert not ts.fetches  # answer came on the other connection, and can overtake them)
-    ts.on_tail(st, {"last": 12})  # a second beat with nothing: they went where no one holds them
+    ts.on_tail(st, {"last": 14})  # a second beat with nothing: 11 and 12 went where no one holds them
     (fetch,) = ts.fetches
     assert fetch == (st, 11, None)
-    ts.on_range(st, 11, None, {"first": 13, "last": 12, "messages": []}, 4)
-    assert [(d.from_seq, d.to_seq) for d in ts.dead] == [(11, 12)] and ts.lost == 2
+    ts.on_range(st, 11, None, {"first": 15, "last": 14, "messages": []}, 4)
+    assert [(d.from_seq, d.to_seq) for d in ts.dead] == [(11, 12)] and ts.lost == 2  # 13, 14: just sent
+    for seq in (13, 14):
+        ts.on_message(env(seq), 5)
+    assert [s for _, s, _ in delivered(ts)] == [13, 14] and ts.lost == 2
