@@ -6,9 +6,13 @@ An operation is linearizable first among those left when it was invoked before e
 returned; its recorded output must be what the key's model gives. An operation that never returned (a
 timeout, a killed client) may have taken effect at any time after its invocation, or never.
 
-The model is the ring's keys with versions: `put(value)` -> new version, `put(value, if_version)` ->
-new version or refused with the version found, `get()` -> (value, version), `delete()` and
-`delete(if_version)` -> ok or refused. A missing key has version 0.
+The model is a consensus group's keys (dht/kv_machine.py), whose versions are revisions, as etcd's:
+every write gives the key a version higher than any it had (the log index of the write), a deleted key
+is absent with version 0, and `if_version=0` means "only if absent". `put(value)` -> ("ok", version),
+`put(value, if_version)` -> ("ok", version) or ("refused", version found), `get()` -> (value, version),
+`delete()` and `delete(if_version)` -> ("ok",) or ("refused", version found). Which higher version a
+write gets is the store's choice: the model takes the one it returned, and after a write that never
+returned, the first observation of the key tells it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-State = tuple[bytes | None, int]  # (value or None when absent, version)
+UNKNOWN = -1  # the version a write that never returned gave the key: some version above every earlier one
+State = tuple[bytes | None, int, int]  # (value or None when absent, version, the highest version the key had)
 
 
 @dataclass(frozen=True)
@@ -31,18 +36,56 @@ class Op:
     ret: float = math.inf  # inf: never returned
 
 
-def apply(state: State, op: Op) -> tuple[State, tuple]:
-    """The model: the state after `op` and what `op` returns."""
-    value, version = state
+def apply(state: State, op: Op, version: int) -> tuple[State, tuple]:
+    """The model run forward (a generator of histories): the state after `op` and its output, a write
+    taking `version` (above every version so far)."""
+    value, current, top = state
     if op.kind == "get":
-        return state, (value, version)
-    if op.if_version is not None and op.if_version != version:
-        return state, ("refused", version)
+        return state, (value, current)
+    if op.if_version is not None and op.if_version != current:
+        return state, ("refused", current)
     if op.kind == "put":
-        return (op.value, version + 1), ("ok", version + 1)
+        return (op.value, version, max(top, version)), ("ok", version)
     if op.kind == "delete":
-        return (None, version + 1 if value is not None else version), ("ok",)
+        return (None, 0, top), ("ok",)
     raise ValueError(f"unknown operation {op.kind!r}")
+
+
+def steps(state: State, op: Op) -> list[State]:
+    """The states `op` may leave when it took effect on `state` and returned what it recorded (any
+    output, when it never returned); [] when its output is impossible there."""
+    value, current, top = state
+    out = op.output
+    if op.kind == "get":
+        if out is None:
+            return [state]
+        if out[0] != value:
+            return []
+        if current == UNKNOWN:
+            return [(value, out[1], out[1])] if out[1] > top else []
+        return [state] if out[1] == current else []
+    if op.kind not in ("put", "delete"):
+        raise ValueError(f"unknown operation {op.kind!r}")
+    after: list[State] = []
+    want = op.if_version
+    # refused: the version was not the one asked for
+    if want is not None and (out is None or out[0] == "refused"):
+        found = current if out is None else out[1]
+        if current == UNKNOWN and out is not None:  # the refusal tells the unknown version
+            if found > top and found != want:
+                after.append((value, found, found))
+        elif found == current and current != want:
+            after.append(state)
+    # taken: the version was the one asked for (or none was asked)
+    if out is None or out[0] == "ok":
+        if want is None or want == current or (current == UNKNOWN and want > top):
+            if op.kind == "delete":
+                after.append((None, 0, top if want is None or current != UNKNOWN else want))
+            elif out is None:
+                after.append((op.value, UNKNOWN, top if current != UNKNOWN or want is None else want))
+            elif out[1] > max(top, want or 0):
+                after.append((op.value, out[1], out[1]))
+    return after
 
 
 def linearizable(history: list[Op]) -> bool:
@@ -54,7 +97,8 @@ def linearizable(history: list[Op]) -> bool:
 
 
 def _key_linearizable(ops: list[Op]) -> bool:
-    ops = sorted(ops, key=lambda o: o.call)
+    ops = sorted((o for o in ops if o.kind != "get" or o.output is not None), key=lambda o: o.call)  # (a read
+    # that never returned constrains nothing)
     everything = (1 << len(ops)) - 1
     pending = sum(1 << i for i, o in enumerate(ops) if o.output is None)
     tried: set[tuple[int, State]] = set()
@@ -71,11 +115,9 @@ def _key_linearizable(ops: list[Op]) -> bool:
             op = ops[i]
             if op.call > first_return:
                 break  # (sorted by call) invoked after another returned: it cannot come first
-            after, output = apply(state, op)
-            if op.output is not None and output != op.output:
-                continue
-            if search(done | 1 << i, after):
-                return True
+            for after in steps(state, op):
+                if search(done | 1 << i, after):
+                    return True
         return False
 
-    return search(0, (None, 0))
+    return search(0, (None, 0, 0))

@@ -6,7 +6,7 @@ it shrinks back to its minimum by graceful leaves. Real node processes, a real s
 To see it fail: make `dht.scaling.split_point` return the arc's midpoint whatever the keys (the skewed
 topics below sit in the first part of the arc, so each split takes fewer than half and the ring
 reaches --max without coming under 2), or make `_shrink` kill the node instead of asking it to leave
-(records are lost: the sum below falls).
+(the node never says it left the ring: its keys were not handed on).
 """
 
 from __future__ import annotations
@@ -132,6 +132,9 @@ def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factor
         assert all(x["load"] == x["min"] < 100 for x in shrinks), shrinks
         left = {x["node"] for x in shrinks}
         assert len(left) == len(grows) and not left & {i["endpoint"] for i in walk_any(dht, members())}
+        logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+        assert all(f"{node} left the ring" in logs for node in left), \
+            "a node taken out without leaving gracefully: its keys were not handed on"
         dht.close()
     finally:
         stop.set()

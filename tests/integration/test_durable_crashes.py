@@ -45,8 +45,10 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
     """100,000 messages through a link that drops 5%, the subscriber SIGKILLed twice: every message
     once per run, in order, and nothing at or below the position committed at a kill comes again. To
     see it fail, make `Positions.start` forget what was handed (`return committed, 0`): the messages
-    handed but not committed at a kill come again unflagged. (Forgetting the committed position too
-    goes unseen here: the publisher let go of what its durable subscriber acknowledged.)"""
+    handed but not committed at a kill come again unflagged, when a kill falls between a hand and its
+    commit, as it nearly always does (tests/unit/test_positions.py shows it every time). (Forgetting
+    the committed position too goes unseen here: the publisher let go of what its durable subscriber
+    acknowledged.)"""
     total = 100_000
     via = ring.nodes[0].endpoint
     data = tmp_path / "sub-data"

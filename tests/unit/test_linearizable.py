@@ -2,7 +2,8 @@
 it accepts every history a linearizable store could give, and refuses the classic anomalies.
 
 To see it fail: drop the real-time order (`search` not stopping at an operation invoked after another
-returned: a stale read passes), or the output check (two winners of one compare-and-set pass)."""
+returned: a stale read passes), or the check that a write's version grows (two writes giving one
+version pass)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ def test_sequential_and_overlapping_histories_of_a_correct_store_pass():
                          Op("k", "get", output=(b"a", 1), call=2, ret=3)])
     assert linearizable([Op("k", "put", b"a", call=0),
                          Op("k", "get", output=(None, 0), call=2, ret=3)])
+    # versions are revisions: any higher one; a deleted key is absent (version 0), and if_version=0 creates
+    assert linearizable([Op("k", "put", b"a", output=("ok", 7), call=0, ret=1),
+                         Op("k", "put", b"b", if_version=7, output=("ok", 12), call=2, ret=3),
+                         Op("k", "delete", if_version=7, output=("refused", 12), call=4, ret=5),
+                         Op("k", "delete", output=("ok",), call=6, ret=7),
+                         Op("k", "put", b"c", if_version=0, output=("ok", 15), call=8, ret=9),
+                         Op("k", "get", output=(b"c", 15), call=10, ret=11)])
+    # a write that never returned: the first read of it tells its version, and a later one must agree
+    lost = [Op("k", "put", b"a", output=("ok", 3), call=0, ret=1), Op("k", "put", b"b", call=2),
+            Op("k", "get", output=(b"b", 9), call=3, ret=4)]
+    assert linearizable(lost)
+    assert linearizable(lost + [Op("k", "put", b"c", if_version=9, output=("ok", 10), call=5, ret=6)])
+    assert not linearizable(lost + [Op("k", "get", output=(b"b", 8), call=5, ret=6)])
+    assert not linearizable([Op("k", "put", b"a", output=("ok", 3), call=0, ret=1),
+                             Op("k", "put", b"b", output=("ok", 3), call=2, ret=3)]), "a version that did not grow"
 
 
 @pytest.mark.parametrize("history", [
@@ -54,11 +70,12 @@ def simulate(seed: int, clients: int = 4, ops: int = 40) -> list[Op]:
         kind = rng.choice(["put", "put", "get", "get", "delete"])
         cond = rng.random() < 0.5 and kind != "get"
         planned.append((rng.uniform(call, ret), call, ret, kind, cond, rng.random() < 0.05))
-    state, history = (None, 0), []
+    state, history, index = (None, 0, 0), [], 0
     for _at, call, ret, kind, cond, lost in sorted(planned):
         if_version = state[1] if cond and rng.random() < 0.7 else (rng.randint(0, 3) if cond else None)
         op = Op("k", kind, b"v%d" % len(history) if kind == "put" else None, if_version)
-        state, output = apply(state, op)
+        index += rng.randint(1, 3)  # the log index this operation would have: other keys' take some
+        state, output = apply(state, op, index)
         history.append(Op(op.key, kind, op.value, if_version, None if lost else output, call,
                           math.inf if lost else ret))
     return history
