@@ -123,6 +123,12 @@ def pub(
     keyed_lines: bool = typer.Option(False, "--keyed-lines", help="With --stdin: each line is KEY<TAB>PAYLOAD."),
     priority: int = typer.Option(4, help="Every message's priority, 0..9: where a consumer group's messages wait, "
                                  "higher goes first (lower ones keep a share)."),
+    msg_id: str = typer.Option(None, "--msg-id", help="The message's id (one --message or --file): sent again "
+                               "within the dedup window, it is not sent twice (with --data-dir, across a "
+                               "crash and restart of this publisher)."),
+    msg_id_field: str = typer.Option(None, "--msg-id-field", help="With --stdin: each line is a JSON object whose "
+                                     "field F is its message id (the line is sent whole)."),
+    dedup_window: float = typer.Option(120.0, min=0.001, help="Seconds a message id is remembered."),
 ) -> None:
     """Publish on each TOPIC: the --message texts, the lines of --stdin, the bytes of --file, or (asked for
     with --synthetic, --count, --rate or --size) COUNT synthetic messages of SIZE bytes at RATE per second."""
@@ -143,6 +149,12 @@ def pub(
         fail("--key must be 1..256 characters")
     if keyed_lines and (not stdin or key is not None):
         fail("--keyed-lines goes with --stdin, and without --key")
+    if msg_id is not None and not (len(message or []) == 1 or file is not None):
+        fail("--msg-id names one message: give it with one --message or with --file")
+    if msg_id is not None and not 0 < len(msg_id) <= 256:
+        fail("--msg-id must be 1..256 characters")
+    if msg_id_field is not None and (not stdin or keyed_lines):
+        fail("--msg-id-field goes with --stdin (lines of JSON), and without --keyed-lines")
     stop = stop_on_signals()
     if message:
         payloads: Iterator[bytes] = (m.encode("utf-8") for m in message)
@@ -154,11 +166,11 @@ def pub(
         payloads = _synthetic(100 if count is None else count, 100 if size is None else size, stop)
     period = 1.0 / rate if rate else (0.1 if rate is None and synthetic else 0.0)
     out = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
-    sent = 0
+    sent = duplicates = 0
     listen = listen_addresses(host, bind, advertise)
     with Client(via, host=listen.host, bind=listen.bind, advertise=listen.host, heartbeat=heartbeat, curve=curve,
                 role=principal, acl=acl, name=name, data_dir=data_dir, connect_timeout=connect_timeout,
-                metrics_port=metrics_port, ports=ports) as client:
+                metrics_port=metrics_port, ports=ports, dedup_window=dedup_window) as client:
         reload_on_sighup([client.publishing.policy] if client.publishing.policy else [])
         say_metrics(client)
         try:
@@ -176,8 +188,12 @@ def pub(
                     if this_key is None:
                         logging.getLogger("chordpub.pub").warning("line %d has no KEY<TAB>: sent without a key",
                                                                   i + 1)
+                this_id = msg_id if msg_id_field is None else _line_id(line, msg_id_field, i + 1)
                 for t in topic:
-                    seq = client.publish(t, payload, key=this_key, priority=priority)
+                    seq = client.publish(t, payload, key=this_key, priority=priority, msg_id=this_id)
+                    if getattr(seq, "duplicate", False):
+                        duplicates += 1
+                        continue
                     if out:
                         out.write(json.dumps({"topic": t, "publisher": client.id, "seq": seq,
                                               "sent_ns": time.time_ns()}) + "\n")
@@ -192,7 +208,24 @@ def pub(
             if out:
                 out.close()
         topics = ", ".join(repr(t) for t in topic)
-        typer.echo(f"published {plural(sent, 'message')} on {topics} as {client.id}", err=True)
+        again = f" ({plural(duplicates, 'duplicate')} of messages sent before, not sent again)" if duplicates else ""
+        typer.echo(f"published {plural(sent, 'message')} on {topics} as {client.id}{again}", err=True)
+
+
+def _line_id(line: bytes, field: str, number: int) -> str | None:
+    """The message id in a --stdin line's JSON field (None, and a warning, when it has none: the line
+    is sent without one, at least once)."""
+    try:
+        found = json.loads(line).get(field)
+    except (ValueError, AttributeError):
+        found = None
+    if isinstance(found, int | float) and not isinstance(found, bool):
+        found = str(found)
+    if not isinstance(found, str) or not 0 < len(found) <= 256:
+        logging.getLogger("chordpub.pub").warning("line %d has no %r of 1..256 characters: sent without an id",
+                                                  number, field)
+        return None
+    return found
 
 
 @topic_app.command("info")

@@ -41,6 +41,7 @@ from dht.client import DhtError, contact
 from dht.rpc_server import RpcServer
 from dht.subjects import check_subscribable, is_pattern
 from dht.transport import Reply
+from pubsub.dedup import DEDUP_SECONDS, DedupBounds
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
     member_value,
@@ -98,7 +99,8 @@ class Client:
     presents (`curve` is needed); read again when the file changes. `receive_hwm`: frames (a message, or
     a publisher's coalesced run of at most 64 / 4 KiB) held in the SUB sockets per publisher before the
     publisher's own queue holds the rest: what a subscriber that reads slowly costs in memory
-    (default 1000).
+    (default 1000). `dedup_window`: the seconds a published msg_id is remembered (default 120; each
+    publication keeps at most 100,000 ids, pubsub/dedup.py), with a data directory across restarts.
     """
 
     def __init__(self, via: str, *, host: str = "127.0.0.1", bind: str | None = None,
@@ -109,8 +111,10 @@ class Client:
                  callback_thread: bool = False, context: zmq.Context | None = None,
                  name: str | None = None, data_dir: str | Path | None = None,
                  connect_timeout: float | None = None, metrics_port: int | None = None, ports: int = 0,
-                 acl: str | Path | None = None, receive_hwm: int = RCVHWM) -> None:
+                 acl: str | Path | None = None, receive_hwm: int = RCVHWM,
+                 dedup_window: float = DEDUP_SECONDS) -> None:
         wire.parse_endpoint(via)
+        dedup = DedupBounds(seconds=dedup_window)
         if ports and not 0 < ports < 65535:
             raise ValueError("ports must be in 1..65534 (the service socket's port, and the PUB socket's after it)")
         if not 0.01 <= heartbeat <= 3600:
@@ -148,6 +152,7 @@ class Client:
             self.service_endpoint = service.endpoint  # history, repair, probes and acks are asked here
             self.publishing = PublishingSide(self.context, listen.bind, self.id, setup, self.data,
                                              advertise=listen.host, port=ports + 1 if ports else 0, policy=policy)
+            self.publishing.dedup_bounds = dedup
             if trace is not None:
                 from traces.writer import JsonlWriter
 
@@ -203,12 +208,15 @@ class Client:
                                  retain_bytes=retain_bytes, archive=archive, timeout=timeout)
 
     def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
-                priority: int = DEFAULT_PRIORITY) -> int:
+                priority: int = DEFAULT_PRIORITY, msg_id: str | None = None) -> int:
         """Send one message on `topic` to its subscribers (and to one member of each consumer group);
         returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
         to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
-        messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
-        return self.publisher.publish(topic, payload, key=key, priority=priority)
+        messages wait, higher goes first (lower ones keep a share). Both matter to groups only.
+        `msg_id` (1..256 characters) makes the publish idempotent: a message whose id was sent within
+        the client's `dedup_window` is not sent again, and the number returned is the first one's,
+        with `.duplicate` True (with a `data_dir`, across a crash and restart of this publisher)."""
+        return self.publisher.publish(topic, payload, key=key, priority=priority, msg_id=msg_id)
 
     def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:

@@ -51,6 +51,8 @@ CREATE TABLE IF NOT EXISTS tags (topic TEXT NOT NULL, seq INTEGER NOT NULL, key 
 CREATE TABLE IF NOT EXISTS groups (topic TEXT NOT NULL, name TEXT NOT NULL, ordering TEXT NOT NULL,
     max_deliver INTEGER NOT NULL, floor INTEGER NOT NULL, sent INTEGER NOT NULL, PRIMARY KEY (topic, name))
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS msg_ids (topic TEXT NOT NULL, msg_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    sent_ns INTEGER NOT NULL, PRIMARY KEY (topic, msg_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL,
     publisher TEXT NOT NULL, subscriber TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
     reason TEXT NOT NULL, ts REAL NOT NULL, sent_ns INTEGER, payload BLOB, replayed REAL);
@@ -133,8 +135,9 @@ class DataDir:
             self.db.close()
 
     # -- the publisher's journal ------------------------------------------------------------------------
-    def publication(self, topic: str) -> tuple[int, list[Envelope], dict[str, int]]:
-        """What a restarted publisher had on `topic`: last seq used, retained messages, acks."""
+    def publication(self, topic: str) -> tuple[int, list[Envelope], dict[str, int], list[tuple[str, int, int]]]:
+        """What a restarted publisher had on `topic`: last seq used, retained messages, acks, and the msg
+        ids it sent (msg_id, seq, sent_ns), oldest first."""
         with self.lock:
             row = self.db.execute("SELECT last_seq FROM publications WHERE topic=?", (topic,)).fetchone()
             kept = [Envelope(topic, self.name, seq, sent_ns, payload, key, DEFAULT_PRIORITY if prio is None else prio)
@@ -142,11 +145,14 @@ class DataDir:
                         "SELECT r.seq, r.sent_ns, r.payload, t.key, t.priority FROM retained r LEFT JOIN tags t "
                         "ON t.topic=r.topic AND t.seq=r.seq WHERE r.topic=? ORDER BY r.seq", (topic,))]
             acks = dict(self.db.execute("SELECT subscriber, position FROM acks WHERE topic=?", (topic,)))
-        return (row[0] if row else 0), kept, acks
+            ids = list(self.db.execute("SELECT msg_id, seq, sent_ns FROM msg_ids WHERE topic=? ORDER BY sent_ns, seq",
+                                       (topic,)))
+        return (row[0] if row else 0), kept, acks, ids
 
-    def journal(self, messages: list[Envelope], trims: dict[str, int]) -> None:
-        """Keep `messages` (one transaction, before they are sent) and drop what retention let go:
-        `trims` maps a topic to its oldest retained seq."""
+    def journal(self, messages: list[Envelope], trims: dict[str, int], ids_before_ns: int = 0) -> None:
+        """Keep `messages` (one transaction, before they are sent) with their msg ids, and drop what
+        retention let go (`trims` maps a topic to its oldest retained seq) and the ids sent before
+        `ids_before_ns` (past the dedup window)."""
         last: dict[str, int] = {}
         for env in messages:
             last[env.topic] = env.seq
@@ -162,6 +168,11 @@ class DataDir:
                                 "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
             self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
             self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
+            ids = [(e.topic, e.msg_id, e.seq, e.sent_ns) for e in messages if e.msg_id is not None]
+            if ids:
+                self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)", ids)
+            if ids_before_ns:
+                self.db.execute("DELETE FROM msg_ids WHERE sent_ns<?", (ids_before_ns,))
 
     def save_acks(self, topic: str, acks: dict[str, int]) -> None:
         with self.lock, self.db:

@@ -62,6 +62,7 @@ class Envelope:
     payload: bytes
     key: str | None = None  # consumer groups only (not in the plain frame): key-ordered dispatch
     priority: int = DEFAULT_PRIORITY  # consumer groups only: 0..9, higher first
+    msg_id: str | None = None  # idempotent publishing: the journal keeps it with the message (never on the wire)
 
     @classmethod
     def probe(cls, topic: str, publisher: str, token: int, sent_ns: int) -> Envelope:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from pubsub.durable import DataDir
@@ -22,12 +23,17 @@ log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 20_000
 BATCH_LIMIT = 4096
+FORGET_IDS_EVERY = 10.0  # seconds between deletions of msg ids past the dedup window (a scan of them)
 
 
 class Journal:
-    def __init__(self, data: DataDir, send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]]) -> None:
-        """`send(batch)` sends a written batch and returns the topics whose oldest retained seq moved."""
+    def __init__(self, data: DataDir, send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]],
+                 dedup_seconds: float = 0.0) -> None:
+        """`send(batch)` sends a written batch and returns the topics whose oldest retained seq moved;
+        msg ids older than `dedup_seconds` are deleted every FORGET_IDS_EVERY seconds."""
         self.data = data
+        self.dedup_seconds = dedup_seconds
+        self._ids_forgotten_at = time.monotonic()
         self._send = send
         self._queue: list[tuple[Publication, Envelope]] = []
         self._trims: dict[str, int] = {}
@@ -76,7 +82,7 @@ class Journal:
                 self._busy = True
                 self._cond.notify_all()  # a publisher waiting for room
             try:
-                self.data.journal([env for _pub, env in batch], trims)
+                self.data.journal([env for _pub, env in batch], trims, self._forget_ids_before())
                 moved = self._send(batch) if batch else {}
             except BaseException as exc:  # the disk failed us: publishing stops with the reason
                 log.exception("the journal failed")
@@ -90,6 +96,14 @@ class Journal:
                     self._trims[topic] = max(first, self._trims.get(topic, 0))
                 self._busy = False
                 self._cond.notify_all()
+
+    def _forget_ids_before(self) -> int:
+        """The send time before which msg ids are deleted with this write (0: none this time)."""
+        now = time.monotonic()
+        if not self.dedup_seconds or now - self._ids_forgotten_at < FORGET_IDS_EVERY:
+            return 0
+        self._ids_forgotten_at = now
+        return time.time_ns() - int(self.dedup_seconds * 1e9)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Write and send what is queued, then end the thread."""

@@ -25,9 +25,19 @@ class ClientCollector:
         label = client.id
         sent = CounterMetricFamily("chordpub_messages_sent", "Messages published, per topic.",
                                    labels=["client", "topic"])
+        not_resent = CounterMetricFamily("chordpub_publish_duplicates", "Publishes with a msg id sent within the "
+                                         "dedup window: not sent again.", labels=["client", "topic"])
+        evicted = CounterMetricFamily("chordpub_dedup_evicted", "Msg ids pushed out of the dedup window by its "
+                                      "bounds before their time (sent again, they go again).",
+                                      labels=["client", "topic"])
         for topic, pub in list(client.publishing.publications.items()):
             sent.add_metric([label, topic], pub.seq)
+            if pub.dedup is not None:
+                not_resent.add_metric([label, topic], pub.dedup.duplicates)
+                evicted.add_metric([label, topic], pub.dedup.evicted)
         yield sent
+        yield not_resent
+        yield evicted
         families = {name: CounterMetricFamily(f"chordpub_messages_{name}", doc, labels=["client", "topic"])
                     for name, doc in (
                         ("delivered", "Messages delivered to the application (recovered included)."),

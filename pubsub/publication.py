@@ -9,8 +9,10 @@ replaces: a subscriber asking for more than is offered is not matched).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+from pubsub.dedup import DedupBounds, DedupWindow
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, Envelope, topic_filter
 from pubsub.history import History, RetentionBounds
@@ -36,6 +38,7 @@ class Publication:
     mode: str = "direct"
     bounds: RetentionBounds | None = None  # None: the defaults
     archive: bool = False  # the topic's owner keeps a copy (dht/logs.py) that outlives us
+    dedup: DedupWindow | None = None  # the msg ids sent within the window (made at the first one)
     history: History = field(init=False)
     filter: bytes = field(init=False)  # the prefix subscribers' SUB sockets select this topic by
     sent: int = 0
@@ -58,9 +61,14 @@ class Publication:
         self.history = History(self.history_size, self.bounds)
         self.filter = topic_filter(self.topic)
 
-    def restore(self, last_seq: int, kept: list[Envelope], acks: dict[str, int]) -> None:
-        """Continue from what the data directory kept of an earlier run of this publisher."""
+    def restore(self, last_seq: int, kept: list[Envelope], acks: dict[str, int],
+                ids: list[tuple[str, int, int]] | None = None, dedup: DedupBounds | None = None) -> None:
+        """Continue from what the data directory kept of an earlier run of this publisher (`ids`: the
+        msg ids it sent, oldest first, for its dedup window)."""
         self.history.restore(last_seq, kept)
+        if ids:
+            self.dedup = DedupWindow(dedup)
+            self.dedup.restore(ids, time.time_ns())
         for subscriber, position in acks.items():
             self.history.ack(subscriber, position)
         self.seq = last_seq

@@ -20,6 +20,7 @@ from dht.client import DhtError
 from dht.subjects import announced_at, check_publishable
 from pubsub.advertising import MAX_HELD, Advertiser, Registering
 from pubsub.archive import ArchiveFeed
+from pubsub.dedup import Published, check_msg_id
 from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.group_client import expect_groups
@@ -215,15 +216,30 @@ class Publisher:
             time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
 
     def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
-                priority: int = DEFAULT_PRIORITY) -> int:
+                priority: int = DEFAULT_PRIORITY, msg_id: str | None = None) -> int:
         """Send one message on `topic` to its subscribers (and to one member of each consumer group);
         returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
         to one member at a time, in publish order; `priority` (0..9, default 4): where a group's
-        messages wait, higher goes first (lower ones keep a share). Both matter to groups only."""
+        messages wait, higher goes first (lower ones keep a share). Both matter to groups only.
+        `msg_id`: a message sent again with an id already sent within the dedup window is not sent
+        again (pubsub/dedup.py); the number returned is then a `Published` whose `duplicate` is True."""
+        if msg_id is not None:
+            return self._publish_once(topic, payload, key, priority, check_msg_id(msg_id))
         if key is not None or type(priority) is not int or priority != DEFAULT_PRIORITY:
             self._check_terms(key, priority)
         if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
             payload = self._checked_payload(payload)
+        self._ready_to_publish(topic)
+        return self.publishing.publish(topic, payload, key, priority).seq
+
+    def _publish_once(self, topic: str, payload: bytes | str, key: str | None, priority: int, msg_id: str) -> int:
+        self._check_terms(key, priority)
+        payload = self._checked_payload(payload)
+        self._ready_to_publish(topic)
+        return Published(*self.publishing.publish_once(topic, payload, msg_id, key, priority))
+
+    def _ready_to_publish(self, topic: str) -> None:
+        """`topic` advertised (a first publish starts it) and, while it registers, room to hold one more."""
         if topic not in self.publishing.publications:
             if self.publishing.data is None:
                 self._advertise_later(topic)
@@ -232,7 +248,6 @@ class Publisher:
         if ((ready := self._advertising.get(topic)) is not None
                 and not self.publishing.holding(topic, MAX_HELD)):
             self._await_advertised(topic, ready, self.timeout)
-        return self.publishing.publish(topic, payload, key, priority).seq
 
     def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:

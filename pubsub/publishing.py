@@ -8,11 +8,10 @@ Both sockets, and every publication's state, are used under one lock: the applic
 publish, the io loop sends probes and serves history, the registrar moves relay connections.
 ZeroMQ sockets may pass between threads with a full memory barrier, which the lock provides.
 
-Both are XPUB sockets with XPUB_VERBOSER, so every subscriber's filter, its cancellation, and the
-end of its connection come up to us: `in_place(topic)` is how many subscribers' filters for a topic
-the socket holds now. `advertise` waits (up to a lease) until it covers the subscribers the topic's owner
-knows of, so that a publisher starting after its subscribers does not lose its first messages to
-the slow-joiner effect.
+Both are XPUB sockets with XPUB_VERBOSER, so every subscriber's filter comes up to us (counted by
+pubsub/filters.py): `in_place(topic)` is how many subscribers' filters for a topic the socket holds
+now. `advertise` waits (up to a lease) until it covers the subscribers the topic's owner knows of,
+so that a publisher starting after its subscribers does not lose its first messages to them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 
 import msgpack
 import zmq
@@ -30,8 +28,10 @@ from dht.gate import Denials, Gate
 from dht.policy import PolicyFile, refusal
 from dht.transport import SocketSetup, bind_port, rebind_port
 from pubsub.coalescing import Coalescer
+from pubsub.dedup import DedupBounds, DedupWindow
 from pubsub.durable import DataDir
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_TOPIC_CHARS, Envelope, topic_filter
+from pubsub.filters import Filters
 from pubsub.groups import PublisherGroups
 from pubsub.journal import Journal
 from pubsub.links import Connections, Pointers
@@ -65,6 +65,7 @@ class PublishingSide:
         self.advertise = advertise or host
         self.port = port  # the PUB socket's (0: a free one)
         self.data = data
+        self.dedup_bounds = DedupBounds()  # each publication's window of msg ids (the Client's `dedup`)
         self.journal: Journal | None = None  # with a data directory, once something is published
         self.lock = threading.Lock()
         self.publications: dict[str, Publication] = {}
@@ -73,9 +74,9 @@ class PublishingSide:
         self.relay: zmq.Socket | None = None
         self._relays = Pointers(Connections(lambda: self.relay))  # relay-mode topic -> its owner's relay
         self._probe_token = 0
-        self._filters: Counter[tuple[str, bytes]] = Counter()  # (socket, topic) -> subscribers' filters
         self._packer = msgpack.Packer(use_bin_type=True)  # reused under the lock: a third of packb's cost
         self.groups = PublisherGroups(client_id, data, self.publications, self._send_direct)
+        self._filters = Filters(self.groups.filter)  # the subscribers' filters our sockets hold
         self.held: dict[str, list[Envelope]] = {}  # topics still registering: their messages, in order
         self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer)
 
@@ -117,7 +118,7 @@ class PublishingSide:
             for member in list(g.members):
                 self.groups.filter_lost(topic, _group, member)
         self.groups.filters.clear()
-        self._filters = Counter({k: v for k, v in self._filters.items() if k[0] != "direct"})
+        self._filters.forget("direct")
         self._bind_direct()
 
     def _pub_socket(self, server: bool) -> zmq.Socket:
@@ -143,11 +144,11 @@ class PublishingSide:
                 self.relay = self._pub_socket(server=False)
             self.publications[pub.topic] = pub  # (groups.restore looks it up)
             if self.data is not None:
-                pub.restore(*self.data.publication(pub.topic))
+                pub.restore(*self.data.publication(pub.topic), dedup=self.dedup_bounds)
                 self.groups.restore(pub)  # (before trimming: a durable group holds what it still owes)
                 pub.history.trim(time.time_ns())
                 if self.journal is None:
-                    self.journal = Journal(self.data, self._send_journaled)
+                    self.journal = Journal(self.data, self._send_journaled, self.dedup_bounds.seconds)
 
     def publish(self, topic: str, payload: bytes, key: str | None = None, priority: int = DEFAULT_PRIORITY) -> Envelope:
         """Stamp and send one message (the publication must exist) to the plain subscribers and to one
@@ -156,21 +157,43 @@ class PublishingSide:
         if self.journal is not None:
             self.journal.wait_for_room()
         with self.lock:
+            return self._publish(self.publications[topic], payload, key, priority, time.time_ns())
+
+    def publish_once(self, topic: str, payload: bytes, msg_id: str, key: str | None = None,
+                     priority: int = DEFAULT_PRIORITY) -> tuple[int, bool]:
+        """`publish` a message with an id (pubsub/dedup.py): (its seq, False); or, when a message with
+        that id was sent within the dedup window, (that one's seq, True), and nothing is sent."""
+        if self.journal is not None:
+            self.journal.wait_for_room()
+        with self.lock:
             pub = self.publications[topic]
+            if pub.dedup is None:
+                pub.dedup = DedupWindow(self.dedup_bounds)
             now = time.time_ns()
-            if self.held and (waiting := self.held.get(topic)) is not None:
-                # sent (and kept in the history: a subscriber asking for its head must not count it as
-                # sent before it joined) once the topic is registered (pubsub/advertising.py)
-                env = pub.stamp(payload, now, key, priority, keep=False)
-                waiting.append(env)
-                return env
-            env = pub.stamp(payload, now, key, priority)
-            if pub.journaled:
-                self.journal.put(pub, env)  # type: ignore[union-attr]
-                return env
-            self.runs.send(pub, env, now)
-            if self.groups.groups:
-                self.groups.offer(env)
+            seq = pub.dedup.seen(msg_id, now)
+            if seq is not None:
+                return seq, True
+            env = self._publish(pub, payload, key, priority, now, msg_id)
+            pub.dedup.add(msg_id, env.seq, now)
+            return env.seq, False
+
+    def _publish(self, pub: Publication, payload: bytes, key: str | None, priority: int, now: int,
+                 msg_id: str | None = None) -> Envelope:
+        if self.held and (waiting := self.held.get(pub.topic)) is not None:
+            # sent (and kept in the history: a subscriber asking for its head must not count it as
+            # sent before it joined) once the topic is registered (pubsub/advertising.py)
+            env = pub.stamp(payload, now, key, priority, keep=False)
+            env.msg_id = msg_id
+            waiting.append(env)
+            return env
+        env = pub.stamp(payload, now, key, priority)
+        if pub.journaled:
+            env.msg_id = msg_id
+            self.journal.put(pub, env)  # type: ignore[union-attr]
+            return env
+        self.runs.send(pub, env, now)
+        if self.groups.groups:
+            self.groups.offer(env)
         return env
 
     def hold(self, topic: str) -> None:
@@ -309,25 +332,15 @@ class PublishingSide:
         """Read the filters subscribers sent up (the caller holds the lock). Called by `in_place`, and by
         the io loop every heartbeat so that they never pile up."""
         if self._gate is not None and self.direct is not None:
-            self._gate.take(lambda msg, on: self._filter_seen("direct", msg[1:], on))
+            self._gate.take(lambda msg, on: self._filters.seen("direct", msg[1:], on))
         for name, sock in (("direct", self.direct), ("relay", self.relay)):
             if sock is None or (name == "direct" and self._gate is not None):
                 continue
             while True:
                 try:
-                    msg = sock.recv(zmq.NOBLOCK)
+                    self._filters.message(name, sock.recv(zmq.NOBLOCK))
                 except zmq.Again:
                     break
-                on = msg[:1] == b"\x01"
-                if name == "direct" and (on or msg[:1] == b"\x00") and self.groups.filter(msg[1:], on):
-                    continue  # a consumer group member's own filter: its connection is up, or gone
-                if msg[:1] == b"\x01":
-                    self._filters[(name, msg[1:])] += 1
-                elif msg[:1] == b"\x00":
-                    key = (name, msg[1:])
-                    self._filters[key] -= 1
-                    if self._filters[key] <= 0:
-                        del self._filters[key]
 
     def check_policy(self) -> None:
         """Read the policy file again if it changed (or a SIGHUP reloaded it): a changed policy is
@@ -354,17 +367,6 @@ class PublishingSide:
             dead, self.groups.dead = self.groups.dead, []
         return dead
 
-    def _filter_seen(self, name: str, prefix: bytes, on: bool) -> None:
-        if name == "direct" and self.groups.filter(prefix, on):
-            return
-        key = (name, prefix)
-        if on:
-            self._filters[key] += 1
-        elif self._filters[key] <= 1:
-            self._filters.pop(key, None)
-        else:
-            self._filters[key] -= 1
-
     def in_place(self, topic: str) -> int:
         """Subscribers whose filter for exactly `topic` our socket for it holds (a relay counts once)."""
         return self.in_place_many([topic])[topic]
@@ -377,7 +379,7 @@ class PublishingSide:
             for topic in topics:
                 pub = self.publications.get(topic)
                 name = "relay" if pub is not None and pub.mode == "relay" else "direct"
-                out[topic] = self._filters.get((name, topic_filter(topic)), 0)
+                out[topic] = self._filters.held(name, topic_filter(topic))
             return out
 
     def next_probe_token(self) -> int:
