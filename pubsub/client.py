@@ -234,7 +234,7 @@ class Client:
                   auto_commit: bool = True, history_policy: str = "at_least", group: str | None = None,
                   prefetch: int = DEFAULT_PREFETCH, ack_wait: float = DEFAULT_ACK_WAIT,
                   max_deliver: int = DEFAULT_MAX_DELIVER, ordering: str = "none",
-                  auto_ack: bool = True, batch: bool = False) -> Subscription:
+                  auto_ack: bool = True, batch: bool = False, commit_with: Any = None) -> Subscription:  # noqa: ANN401
         """Follow `topic` from every publisher. Returns once each publisher known now has our
         subscription in place, so nothing published after this returns is missed; a publisher that
         appears later is connected as soon as the topic's owner tells us of it.
@@ -254,6 +254,9 @@ class Client:
         (implies `reliable`): a client restarted with the same data directory and name resumes
         after it, and publishers retain what it has not acknowledged (pubsub/positions.py says
         exactly when positions are committed; `auto_commit=False` leaves it to `Message.commit()`).
+        `commit_with`: with `durable` and a callback, the application's sqlite3 connection (made with
+        `check_same_thread=False`): each callback runs in a transaction of it that also commits the
+        position (pubsub/tx_positions.py), so a crash never applies a message twice: exactly once.
         Called from a callback, it returns at once (the io thread cannot wait on itself) and the
         subscription is in place soon.
 
@@ -273,6 +276,8 @@ class Client:
         check_mode(mode)
         if batch and callback is None:
             raise ValueError("batch=True is for a callback that takes a list of messages; none was given")
+        if commit_with is not None and (is_pattern(topic) or group is not None):
+            raise ValueError("commit_with is for a durable subscription of an exact topic")
         if is_pattern(topic) and group is not None:
             if batch:
                 raise ValueError("batch=True is for plain subscriptions; a consumer group acks message by message")
@@ -304,7 +309,7 @@ class Client:
             return join_group(self, topic, group, mode, callback, timeout, pending_limit, durable, history,
                               reliable, prefetch, ack_wait, max_deliver, ordering, auto_ack)
         handle, ready, wait = subscribe_exact(self, topic, history, reliable, mode, callback, timeout, pending_limit,
-                                              durable, auto_commit, history_policy, batch)
+                                              durable, auto_commit, history_policy, batch, commit_with)
         if threading.current_thread() is self.io.thread:
             return handle  # a callback subscribing: the loop cannot wait on itself; it attaches soon
         return await_subscribed(self, topic, ready, wait)

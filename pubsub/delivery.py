@@ -226,6 +226,9 @@ class Subscription:
 def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
     """Run `sub`'s callback on each message in order (one that raises: `Subscription.failed`).
     Returns how many raised."""
+    tx = getattr(sub.positions, "run", None)  # commit_with: each callback in the application's transaction
+    if tx is not None:
+        return _run_in_transactions(sub, messages)
     if sub.batch:
         return _run_batch_callback(sub, messages)
     errors, done = 0, 0
@@ -245,6 +248,25 @@ def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
             done = i + 1
     if done < len(messages):
         sub.called_back(messages[done:])
+    return errors
+
+
+def _run_in_transactions(sub: Subscription, messages: list[Message]) -> int:
+    """commit_with (pubsub/tx_positions.py): each callback (a batch callback: its list) with the
+    position after it in one transaction; one that raises is rolled back, dead-lettered and skipped."""
+    tx = sub.positions
+    parts = [messages] if sub.batch else [[m] for m in messages]
+    errors = 0
+    for part in parts:
+        if not sub.active:
+            break
+        try:
+            tx.run(lambda part=part: sub.callback(part if sub.batch else part[0]), part)  # type: ignore[union-attr, misc]
+        except Exception as exc:
+            errors += len(part)
+            for msg in part:
+                sub.failed(msg, exc)
+            tx.skip(part)  # type: ignore[union-attr]
     return errors
 
 

@@ -19,7 +19,7 @@ from dht.client import DhtError
 from dht.subjects import check_subscribable, is_pattern
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import member_field, subscriber_field
-from pubsub.durable import DataDir
+from pubsub.durable import DataDir, check_name
 from pubsub.message import Message
 from pubsub.positions import Positions
 from pubsub.publication import check_mode
@@ -27,6 +27,7 @@ from pubsub.publisher import refuse
 from pubsub.publishing import check_topic
 from pubsub.registration import Registration, subscriber_value
 from pubsub.subscription import HELD_LIMIT, HISTORY_POLICIES, TopicState
+from pubsub.tx_positions import TxPositions
 
 EXACT_TERMS = ("history", "reliable", "mode", "callback", "pending_limit", "durable", "auto_commit",
                "history_policy", "batch")  # what subscribe_many hands to an exact topic's subscription
@@ -114,7 +115,7 @@ def subscribe_exact(client: ExactHost, topic: str, history: int = 0, reliable: b
                     callback: Callable[[Message], None] | Callable[[list[Message]], None] | None = None,
                     timeout: float | None = None, pending_limit: int = PENDING_LIMIT, durable: object = None,
                     auto_commit: bool = True, history_policy: str = "at_least",
-                    batch: bool = False) -> tuple[Subscription, Future, float]:
+                    batch: bool = False, commit_with: object = None) -> tuple[Subscription, Future, float]:
     """An exact topic's subscription, started (`Client.subscribe`'s terms): its handle, the future it
     is ready by, and the wait."""
     check_mode(mode)
@@ -124,15 +125,19 @@ def subscribe_exact(client: ExactHost, topic: str, history: int = 0, reliable: b
         raise ValueError("durable=True/False is for consumer groups; a durable subscription is given a name")
     if history_policy not in HISTORY_POLICIES:
         raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
-    positions = None
+    positions: Positions | TxPositions | None = None
+    if commit_with is not None and (durable is None or callback is None):
+        raise ValueError("commit_with goes with durable=NAME and a callback (whose writes commit with the position)")
     if durable is not None:
-        if client.data is None:
-            raise ValueError("a durable subscription needs a client with a data_dir")
+        if client.data is None and commit_with is None:
+            raise ValueError("a durable subscription needs a client with a data_dir (or commit_with=connection)")
         reliable = True
     with client._lock:
         if topic in client._subscriptions:
             raise ValueError(f"already subscribed to {topic!r} (unsubscribe first to change the terms)")
-    if durable is not None:
+    if commit_with is not None:
+        positions = TxPositions(commit_with, check_name(durable), topic)  # type: ignore[arg-type]
+    elif durable is not None:
         positions = Positions(client.data, durable, topic, auto_commit)  # type: ignore[arg-type]
     state = TopicState(topic, client.id, history, reliable, mode, positions.start if positions else None,
                        history_policy, held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))

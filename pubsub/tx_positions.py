@@ -1,0 +1,143 @@
+"""Exactly once into the application's database: a durable subscription whose position commits in the
+application's own SQLite transaction (`subscribe(topic, durable=NAME, commit_with=conn, callback=...)`).
+
+A durable subscription is otherwise at least once: the position is committed after the callback, so
+a process killed between the two delivers the message again, flagged `redelivered`
+(pubsub/positions.py). Here each callback runs inside a savepoint of the application's connection,
+and the subscription's position (table `chordpub_positions`) is written in the same transaction
+before it commits: the callback's writes and the position are both in the database, or neither is.
+A restarted subscriber reads its positions from that database and resumes exactly after the last
+committed message, and nothing it delivers again had left a trace (Kafka's offsets stored with the
+consumer's output; the FEUP reliable pub/sub API's exactly-once promise).
+
+A callback that raises has its writes rolled back; the message goes to the dead-letter queue and the
+position moves past it in a transaction of its own. The connection is the subscription's while it
+runs callbacks (on the client's thread: it must be made with `check_same_thread=False`), and a
+callback must not commit it itself (the warning says so: the position would then commit apart).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+
+from pubsub.message import Message
+from pubsub.positions import highest
+
+log = logging.getLogger(__name__)
+
+TABLE = "chordpub_positions"
+SAVEPOINT = "chordpub_delivery"
+
+
+def usable_across_threads(conn: object) -> sqlite3.Connection:
+    """`conn` when it is an sqlite3 connection the client's thread may use; ValueError saying why not."""
+    if not isinstance(conn, sqlite3.Connection):
+        raise ValueError(f"commit_with takes the application's sqlite3.Connection, not {type(conn).__name__}")
+    failed: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            conn.execute("SELECT 1").fetchall()
+        except (sqlite3.ProgrammingError, sqlite3.OperationalError) as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=probe, name="commit-with-check")
+    t.start()
+    t.join()
+    if failed:
+        raise ValueError("commit_with needs a connection the client's thread can use: make it with "
+                         f"sqlite3.connect(..., check_same_thread=False) ({failed[0]})")
+    return conn
+
+
+class TxPositions:
+    """A durable subscription's committed positions, per publisher, in the application's database."""
+
+    auto_commit = False  # nothing is committed outside a callback's transaction
+
+    def __init__(self, conn: sqlite3.Connection, name: str, topic: str) -> None:
+        self.conn, self.name, self.topic = usable_across_threads(conn), name, topic
+        self._lock = threading.Lock()
+        self._warned = False
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (name TEXT NOT NULL, topic TEXT NOT NULL, "
+                     "publisher TEXT NOT NULL, committed INTEGER NOT NULL, PRIMARY KEY (name, publisher))")
+        rows = conn.execute(f"SELECT topic, publisher, committed FROM {TABLE} WHERE name=?", (name,)).fetchall()
+        if conn.in_transaction:
+            conn.commit()
+        other = {t for t, _, _ in rows if t != topic}
+        if other:
+            raise ValueError(f"durable subscription {name!r} in this database follows {sorted(other)[0]!r}, "
+                             f"not {topic!r}")
+        self.committed = {p: c for _, p, c in rows}
+
+    def start(self, publisher: str) -> tuple[int, int]:
+        """(committed, handed): nothing handed outlives its transaction, so nothing comes back flagged."""
+        c = self.committed.get(publisher, 0)
+        return c, c
+
+    def knows(self, publisher: str) -> bool:
+        with self._lock:
+            return publisher in self.committed
+
+    def hand(self, messages: list[Message]) -> None:
+        """(Nothing to record before the callbacks: what they do commits with the position.)"""
+
+    def commit(self, *messages: Message) -> None:
+        """(Positions commit in the callbacks' transactions only.)"""
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.committed)
+
+    def of(self, topic: str) -> TxPositions:
+        return self
+
+    def run(self, call: Callable[[], None], messages: list[Message]) -> None:
+        """`call()` (the callback on `messages`) and the position after them, in one transaction of the
+        application's connection; what `call` raises rolls its writes back and is raised again."""
+        conn = self.conn
+        conn.execute(f"SAVEPOINT {SAVEPOINT}")
+        try:
+            call()
+        except BaseException:
+            try:
+                conn.execute(f"ROLLBACK TO {SAVEPOINT}")
+                conn.execute(f"RELEASE {SAVEPOINT}")
+            except sqlite3.OperationalError:  # the callback ended the transaction itself
+                self._committed_apart()
+            raise
+        self._write(messages)
+        try:
+            conn.execute(f"RELEASE {SAVEPOINT}")
+        except sqlite3.OperationalError:
+            self._committed_apart()
+        if conn.in_transaction:
+            conn.commit()
+        self._moved(messages)
+
+    def skip(self, messages: list[Message]) -> None:
+        """Move past messages the callback failed on (they are in the dead-letter queue), on their own."""
+        self._write(messages)
+        if self.conn.in_transaction:
+            self.conn.commit()
+        self._moved(messages)
+
+    def _write(self, messages: list[Message]) -> None:
+        self.conn.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) "
+                              "DO UPDATE SET committed=max(committed, excluded.committed)",
+                              [(self.name, self.topic, p, s) for p, s in highest(messages).items()])
+
+    def _moved(self, messages: list[Message]) -> None:
+        with self._lock:
+            for p, s in highest(messages).items():
+                self.committed[p] = max(s, self.committed.get(p, 0))
+
+    def _committed_apart(self) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("%s: a callback committed the commit_with connection itself: its writes and the "
+                        "subscription's position were committed apart (a crash between them delivers again)",
+                        self.topic)

@@ -1,0 +1,136 @@
+"""Exactly once into the application's database (pubsub/tx_positions.py): a durable subscriber whose
+callback writes each message into its SQLite table, with `commit_with` its position committing in the
+same transaction, is SIGKILLed again and again while a publisher sending with msg ids is itself
+killed and restarted (re-sending its last messages with the same ids): the table holds every message
+once, in order. Without `commit_with`, the same run leaves duplicates in the table, each flagged
+`redelivered`: the difference is the transaction. Real processes throughout.
+
+To see it fail: run the callbacks outside the transactions (`run_callbacks` not taking
+`positions.run`): nothing commits the position, and every restart applies the messages again. (A
+position committed apart from the callback's writes is caught here only when a kill falls between
+the two; tests/unit/test_tx_positions.py dies there every time.)"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from chordpub import Client
+from chordpub.launcher import wait_for
+from tests.conftest import start_module_ring
+
+HB = 0.3
+TOTAL = 4000
+SUB_KILLS = 8
+PUB_RESTARTS = 2
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    yield from start_module_ring(tmp_path_factory, "exactly-once-consumer", 3)
+
+
+def rows(db: Path) -> list[tuple[str, str, int, int]]:
+    if not db.exists():
+        return []
+    with closing(sqlite3.connect(db, timeout=10)) as conn:
+        try:
+            return conn.execute("SELECT id, publisher, seq, redelivered FROM got ORDER BY rowid").fetchall()
+        except sqlite3.OperationalError:  # the table is not made yet
+            return []
+
+
+def lines(ids: range) -> bytes:
+    return b"".join(json.dumps({"id": f"o{i}"}).encode() + b"\n" for i in ids)
+
+
+def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, int, int]]:  # noqa: ANN001
+    via = ring.nodes[0].endpoint
+    db, topic = tmp_path / "app.sqlite3", f"ledger-{int(commit_with)}"
+    sub_cmd = [sys.executable, "-m", "tests.helpers.tx_subscriber", "--via", via, "--topic", topic, "--db", str(db),
+               "--name", "books", *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
+    pub_cmd = [sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", topic, "--stdin", "--reliable",
+               "--msg-id-field", "id", "--data-dir", str(tmp_path / "pub"), "--heartbeat", str(HB), "--linger", "60"]
+    rng = random.Random(7)
+    subs: list[subprocess.Popen] = []
+    pubs: list[subprocess.Popen] = []
+    done = threading.Event()
+
+    def start_sub() -> subprocess.Popen:
+        p = subprocess.Popen(sub_cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "sub.err", "a"))  # noqa: SIM115
+        subs.append(p)
+        assert p.stdout.readline() == b"subscribed\n", (tmp_path / "sub.err").read_text()
+        return p
+
+    def killer() -> None:  # the subscriber SIGKILLed at random moments, restarted each time
+        for _ in range(SUB_KILLS):
+            if done.wait(rng.uniform(0.3, 1.2)):
+                return
+            victim = subs[-1]
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            start_sub()
+
+    with Client(via, heartbeat=HB):
+        start_sub()
+        killing = threading.Thread(target=killer, daemon=True)
+        try:
+            chunk = TOTAL // (PUB_RESTARTS + 1)
+            fed_to = 0
+            for run in range(PUB_RESTARTS + 1):
+                pub = subprocess.Popen(pub_cmd, stdin=subprocess.PIPE, stderr=open(tmp_path / "pub.err", "a"))  # noqa: SIM115
+                pubs.append(pub)
+                start = max(1, fed_to - 200)  # its last messages sent again, with the same ids
+                fed_to = TOTAL if run == PUB_RESTARTS else fed_to + chunk
+                pub.stdin.write(lines(range(start, fed_to + 1)))
+                pub.stdin.flush()
+                if run == 0:
+                    killing.start()
+                if run < PUB_RESTARTS:
+                    wait_for(lambda f=fed_to: len({r[0] for r in rows(db)}) >= f - chunk // 2, 90,
+                             what="the table half way through this run's orders")
+                    pub.send_signal(signal.SIGKILL)
+                    pub.wait(10)
+            killing.join(60)
+            wait_for(lambda: len({r[0] for r in rows(db)}) >= TOTAL, 120, interval=0.5,
+                     what=f"all {TOTAL} orders in the table")
+        finally:
+            done.set()
+            for p in subs + pubs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(10)
+    return rows(db)
+
+
+def test_with_commit_with_every_message_is_in_the_table_once_in_order(ring, tmp_path):
+    got = crash_run(ring, tmp_path, commit_with=True)
+    counts = Counter(r[0] for r in got)
+    assert set(counts) == {f"o{i}" for i in range(1, TOTAL + 1)}
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:10]
+    for publisher in {r[1] for r in got}:
+        seqs = [r[2] for r in got if r[1] == publisher]
+        assert seqs == sorted(seqs), "in order per publisher"
+    assert not any(r[3] for r in got), "nothing comes back flagged: nothing was handed outside a transaction"
+
+
+def test_without_commit_with_the_same_run_leaves_flagged_duplicates(ring, tmp_path):
+    got = crash_run(ring, tmp_path, commit_with=False)
+    counts = Counter(r[0] for r in got)
+    assert set(counts) == {f"o{i}" for i in range(1, TOTAL + 1)}
+    twice = {k for k, n in counts.items() if n > 1}
+    assert twice, "at least once: the kills left messages delivered again"
+    seen: set[str] = set()
+    for order, _, _, redelivered in got:
+        assert order not in seen or redelivered, f"{order} delivered again without the redelivered flag"
+        seen.add(order)
