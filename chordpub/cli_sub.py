@@ -202,15 +202,15 @@ def sub(
             summaries = [s.summary() for s in subs]
             unmatched = [why for s in subs for why in s.unmatched.values()]
             warnings = [w for s in subs for w in s.warnings]  # each said on stderr once already, as it came
+            total = _totals(summaries, subs) | {"warnings": warnings}
+            if not quiet:  # said before leaving the ring: a SIGTERM's grace may end while we leave
+                summary = json.dumps(total) if as_json else _human_summary(total)
+                typer.echo(summary, err=print_messages or not as_json)
             for s in subs:
                 s.unsubscribe()
     finally:
         if dead:
             dead.close()
-    total = _totals(summaries, subs) | {"warnings": warnings}
-    if not quiet:
-        summary = json.dumps(total) if as_json else _human_summary(total)
-        typer.echo(summary, err=print_messages or not as_json)
     if stop.is_set():
         return
     if received[0] == 0:

@@ -2,6 +2,7 @@
 the table `got` of an SQLite database, until it is killed.
 
     python -m tests.helpers.tx_subscriber --via H:P --topic T --db FILE --name N (--commit-with | --data-dir DIR)
+                                          [--work-ms MS]
 
 --commit-with: the insert and the subscription's position commit in one transaction (exactly once).
 --data-dir DIR: a plain durable subscription (its positions in DIR): the insert commits on its own,
@@ -15,6 +16,7 @@ import json
 import signal
 import sqlite3
 import threading
+import time
 
 from chordpub import Client
 from pubsub.message import Message
@@ -28,6 +30,7 @@ def main() -> None:
     ap.add_argument("--name", required=True)
     ap.add_argument("--commit-with", action="store_true")
     ap.add_argument("--data-dir")
+    ap.add_argument("--work-ms", type=float, default=0.0, help="the application's work per message, after its insert")
     args = ap.parse_args()
     conn = sqlite3.connect(args.db, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -39,6 +42,8 @@ def main() -> None:
                                                             int(m.redelivered)))
         if not args.commit_with:
             conn.commit()  # the application's own commit; the position follows after the callback
+        if args.work_ms:
+            time.sleep(args.work_ms / 1000)  # the rest of the application's work on it
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -30,8 +30,8 @@ from chordpub.launcher import wait_for
 from tests.conftest import start_module_ring
 
 HB = 0.3
-TOTAL = 4000
-SUB_KILLS = 8
+TOTAL = 2500
+SUB_KILLS = 6
 PUB_RESTARTS = 2
 
 
@@ -58,7 +58,8 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
     via = ring.nodes[0].endpoint
     db, topic = tmp_path / "app.sqlite3", f"ledger-{int(commit_with)}"
     sub_cmd = [sys.executable, "-m", "tests.helpers.tx_subscriber", "--via", via, "--topic", topic, "--db", str(db),
-               "--name", "books", *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
+               "--name", "books", "--work-ms", "1",
+               *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
     pub_cmd = [sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", topic, "--stdin", "--reliable",
                "--msg-id-field", "id", "--data-dir", str(tmp_path / "pub"), "--heartbeat", str(HB), "--linger", "60"]
     rng = random.Random(7)
@@ -72,9 +73,20 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
         assert p.stdout.readline() == b"subscribed\n", (tmp_path / "sub.err").read_text()
         return p
 
-    def killer() -> None:  # the subscriber SIGKILLed at random moments, restarted each time
+    def finished() -> bool:
+        return done.is_set() or len({r[0] for r in rows(db)}) >= TOTAL
+
+    def killer() -> None:  # the subscriber SIGKILLed at random moments while it takes messages, restarted
         for _ in range(SUB_KILLS):
-            if done.wait(rng.uniform(0.3, 1.2)):
+            before = len(rows(db))
+            if done.wait(rng.uniform(0.2, 0.8)):
+                return
+            try:
+                wait_for(lambda b=before: len(rows(db)) >= b + 20 or finished(), 60, interval=0.02,
+                         what="the subscriber taking messages")
+            except TimeoutError:
+                return
+            if finished():
                 return
             victim = subs[-1]
             victim.send_signal(signal.SIGKILL)
