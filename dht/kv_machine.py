@@ -26,6 +26,7 @@ import msgpack
 MAX_KEY_CHARS = 256
 MAX_VALUE_BYTES = 64 * 1024
 MAX_KEYS = 100_000  # keys one group holds; a put of a new key beyond is refused
+MAX_ELECTIONS = 100_000  # names held at once in one group; a campaign for a new name beyond is refused
 SESSIONS = 10_000  # clients whose last answer a group remembers (retries of older ones are applied again)
 OPS = ("put", "delete", "get", "campaign", "resign", "expire", "who")
 
@@ -159,6 +160,8 @@ class KvMachine:
     def _campaign(self, index: int, cmd: dict) -> dict:
         name, candidate = cmd["name"], cmd["candidate"]
         holder = self.holders.get(name)
+        if holder is None and len(self.holders) >= MAX_ELECTIONS:
+            return {"ok": False, "name": name, "error": f"this group holds {MAX_ELECTIONS} elections already"}
         if holder is None:
             holder = self.holders[name] = Holder(candidate, index, cmd["lease_ms"], index)
         elif holder.candidate == candidate:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from dht import kv_machine
 from dht.consensus_group import Group
 from dht.kv_machine import SESSIONS, CommandError, KvMachine, encode
 from dht.raft import Entry
@@ -246,6 +247,19 @@ def test_an_expiry_proposed_before_a_renewal_frees_nothing_and_epochs_grow():
     assert not m.apply(8, encode({"op": "resign", "name": "lock", "candidate": "j", "epoch": 1}))["ok"]
     assert m.apply(9, encode({"op": "resign", "name": "lock", "candidate": "j", "epoch": 6}))["ok"]
     assert m.apply(10, encode({"op": "who", "name": "lock"}))["leader"] is None
+
+
+def test_the_machine_holds_its_keys_and_elections_within_their_bounds(monkeypatch):
+    monkeypatch.setattr(kv_machine, "MAX_KEYS", 2)
+    monkeypatch.setattr(kv_machine, "MAX_ELECTIONS", 1)
+    m = KvMachine()
+    for i, key in enumerate(("a", "b"), 1):
+        assert m.apply(i, encode({"op": "put", "key": key, "value": b"v"}))["ok"]
+    assert "holds 2 keys" in m.apply(3, encode({"op": "put", "key": "c", "value": b"v"}))["error"]
+    assert m.apply(4, encode({"op": "put", "key": "a", "value": b"w"}))["ok"], "an existing key is written"
+    assert m.apply(5, encode({"op": "campaign", "name": "x", "candidate": "k", "lease_ms": 10}))["ok"]
+    refused = m.apply(6, encode({"op": "campaign", "name": "y", "candidate": "k", "lease_ms": 10}))
+    assert not refused["ok"] and "holds 1 elections" in refused["error"] and len(m.holders) == 1
 
 
 @pytest.mark.parametrize("command, says", [
