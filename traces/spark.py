@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from traces.schema import MODES, SOURCES, TABLES, spark_schema
+from traces.spark_driver import (
+    QUICK_JVM,
+    QUICK_JVM_BYTES,
+    check_java,
+    java_binary,
+    local_builder,
+    spark_jars,
+)
 
 CORRUPT = "_corrupt_record"
 ACCURACY = 10_000  # percentile_approx: relative rank error at most 1/ACCURACY
@@ -35,50 +39,6 @@ class AnalyzeError(ValueError):
     """Input the analysis cannot start from (a missing directory, no traces at all)."""
 
 
-JAVA_NEEDED = 17
-JAVA_HINT = "install a Java runtime (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME to one"
-
-
-class JavaMissing(RuntimeError):
-    """Spark's driver is a Java process: without Java, PySpark fails deep inside with
-    JAVA_GATEWAY_EXITED. This says it in one line instead, before any work."""
-
-
-def java_problem() -> str | None:
-    """What is wrong with the Java Spark would start (JAVA_HOME's, else the one on PATH), or None."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        java = Path(home) / "bin" / "java"
-        if not java.is_file():
-            return f"Spark needs Java {JAVA_NEEDED} or newer, and JAVA_HOME={home} has no bin/java: {JAVA_HINT}"
-    else:
-        found = shutil.which("java")
-        if found is None:
-            return f"Spark needs Java {JAVA_NEEDED} or newer, and there is no java on PATH: {JAVA_HINT}"
-        java = Path(found)
-    try:
-        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"Spark needs Java {JAVA_NEEDED} or newer, and {java} does not run ({exc}): {JAVA_HINT}"
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if match is None:
-        return None  # an unusual build: let Spark judge
-    major = int(match.group(1)) if match.group(1) != "1" else int(match.group(2) or 0)
-    if major < JAVA_NEEDED:
-        return f"Spark needs Java {JAVA_NEEDED} or newer, and {java} is Java {major}: {JAVA_HINT}"
-    return None
-
-
-def check_java() -> None:
-    problem = java_problem()
-    if problem is not None:
-        raise JavaMissing(problem)
-
-
-QUICK_JVM_BYTES = 64 << 20  # inputs up to this are a short job for a local JVM: no optimizing compiler
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: bool = False,
             input_bytes: int | None = None):
     """A SparkSession: `master`, else SPARK_MASTER, else what spark-submit set, else local[*].
@@ -87,29 +47,24 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
     session) runs with the quick compiler only and a serial collector: on such a job the optimizing
     compiler's and the parallel collector's threads cost more than they save (measured: 43-46 CPU
     seconds for a small `analyze` against 26-27, 20% less wall time; on 357 MiB of Parquet the
-    default JVM is 35% faster, so larger inputs keep it)."""
+    default JVM is 35% faster, so larger inputs keep it). It also maps Spark's classes from the
+    cache's class-data archive once there is one (traces/class_archive.py)."""
     check_java()
     from pyspark import SparkConf
-    from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python tasks (sim paper) need our packages
-    builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", str(ui).lower())
     master = master or os.environ.get("SPARK_MASTER")
-    if master:
-        builder = builder.master(master)
-    elif not SparkConf().contains("spark.master"):  # spark-submit passes its --master this way
+    if not master and not SparkConf().contains("spark.master"):  # spark-submit passes its --master this way
         master = "local[*]"
-        builder = builder.master(master)
-    if master and master.startswith("local"):
-        # local mode talks to itself only: keep the driver on loopback, not on the host's interface
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    log4j = Path(__file__).with_name("log4j2.properties")
-    quick = master is not None and master.startswith("local") and (input_bytes or 0) <= QUICK_JVM_BYTES
-    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log4j.as_uri()}"
-                             + (f" {QUICK_JVM}" if quick else ""))
-    builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
+    options = ""
+    if master and master.startswith("local") and (input_bytes or 0) <= QUICK_JVM_BYTES:
+        options = QUICK_JVM
+        java = java_binary()
+        jars = spark_jars()
+        if java is not None and jars is not None:
+            from traces.class_archive import archive_path, jvm_options
+
+            options = f"{options} {jvm_options(archive_path(java, jars, QUICK_JVM))}".strip()
+    spark = local_builder(app_name, master, options, ui).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
