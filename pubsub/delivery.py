@@ -19,11 +19,14 @@ and histories take the strain, and the gaps are repaired once it drains.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pubsub.message import DeadLetter, Message
@@ -53,6 +56,7 @@ class Subscription:
         self.positions = positions  # a durable subscription's
         self._on_dead_letter = on_dead_letter
         self._taken: Message | None = None  # the last message get() returned (committed on the next)
+        self._in_transaction: list[Message] | None = None  # what get() returned inside transaction()
         self.callback = callback
         self.pending_limit = pending_limit
         self._state = state
@@ -89,7 +93,10 @@ class Subscription:
             if not self._queue:
                 return None
             msg = self._queue.popleft()
-            self._taken = msg
+            if self._in_transaction is not None:
+                self._in_transaction.append(msg)
+            else:
+                self._taken = msg
             self.pending -= 1
             resume = self.was_full and self.pending < self.pending_limit // 2
         if resume:
@@ -105,6 +112,38 @@ class Subscription:
             if msg is None:
                 return
             yield msg
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """For a subscription made with `commit_with=conn` and no callback: `with sub.transaction() as
+        conn:` — the messages `get()` returns inside the block and what the block writes to `conn`
+        commit together when it ends, with the subscription's position after them (pubsub/tx_positions.py).
+        When the block raises, its writes are rolled back and its messages come again, in order and
+        flagged `redelivered`, from the next `get()`; when the process dies inside it, a restarted
+        subscriber gets them again from the database's position. Exactly once for pull consumers."""
+        block = getattr(self.positions, "block", None)
+        if block is None or self.callback is not None:
+            raise RuntimeError(f"transaction() is for a subscription to {self.topic!r} made with commit_with= "
+                               "and no callback")
+        if self._in_transaction is not None:
+            raise RuntimeError("transaction() blocks do not nest")
+        self._commit_taken()
+        taken: list[Message] = []
+        self._in_transaction = taken
+        try:
+            with block(taken) as conn:
+                yield conn
+        except BaseException:
+            self._give_back(taken)
+            raise
+        finally:
+            self._in_transaction = None
+
+    def _give_back(self, messages: list[Message]) -> None:
+        with self._ready:
+            self._queue.extendleft(replace(m, redelivered=True) for m in reversed(messages))
+            self.pending += len(messages)
+            self._ready.notify_all()
 
     def _commit_taken(self) -> None:
         taken, self._taken = self._taken, None

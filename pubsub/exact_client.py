@@ -126,8 +126,9 @@ def subscribe_exact(client: ExactHost, topic: str, history: int = 0, reliable: b
     if history_policy not in HISTORY_POLICIES:
         raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, not {history_policy!r}")
     positions: Positions | TxPositions | None = None
-    if commit_with is not None and (durable is None or callback is None):
-        raise ValueError("commit_with goes with durable=NAME and a callback (whose writes commit with the position)")
+    if commit_with is not None and durable is None:
+        raise ValueError("commit_with goes with durable=NAME (a callback's writes, or a transaction() block's, "
+                         "commit with the position)")
     if durable is not None:
         if client.data is None and commit_with is None:
             raise ValueError("a durable subscription needs a client with a data_dir (or commit_with=connection)")

@@ -10,6 +10,9 @@ A restarted subscriber reads its positions from that database and resumes exactl
 committed message, and nothing it delivers again had left a trace (Kafka's offsets stored with the
 consumer's output; the FEUP reliable pub/sub API's exactly-once promise).
 
+A `get()` user does the same with `with sub.transaction() as conn:` (pubsub/delivery.py): the messages
+get() returns inside the block commit with the block's writes, or none of them does.
+
 A callback that raises has its writes rolled back; the message goes to the dead-letter queue and the
 position moves past it in a transaction of its own. The connection is the subscription's while it
 runs callbacks (on the client's thread: it must be made with `check_same_thread=False`), and a
@@ -21,7 +24,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pubsub.message import Message
 from pubsub.positions import highest
@@ -98,10 +102,18 @@ class TxPositions:
     def run(self, call: Callable[[], None], messages: list[Message]) -> None:
         """`call()` (the callback on `messages`) and the position after them, in one transaction of the
         application's connection; what `call` raises rolls its writes back and is raised again."""
+        with self.block(messages):
+            call()
+
+    @contextmanager
+    def block(self, messages: list[Message]) -> Iterator[sqlite3.Connection]:
+        """A savepoint of the application's connection around the caller's work on `messages` (a list
+        that may grow inside the block: `Subscription.transaction`); at its end the position after them
+        is written and everything commits, or, when the block raises, its writes are rolled back."""
         conn = self.conn
         conn.execute(f"SAVEPOINT {SAVEPOINT}")
         try:
-            call()
+            yield conn
         except BaseException:
             try:
                 conn.execute(f"ROLLBACK TO {SAVEPOINT}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -91,3 +92,43 @@ def test_a_duplicate_is_not_sent_and_an_id_past_the_window_is(ring):
         wait_for(lambda: len(got) >= 3, 20, what="the id reused after the window")
     assert got == ["p1", "p2", "p1 late"]
     assert window.duplicates == 1
+
+
+def test_a_get_users_transaction_commits_its_messages_with_its_writes_or_gives_them_back(ring, tmp_path):
+    """`with sub.transaction() as conn:` (commit_with, no callback): what get() returned inside a block
+    commits with the block's rows; a block that raises leaves no row and its message comes again,
+    flagged; a subscriber started again on the same database resumes after the last committed block.
+    To see it fail: give nothing back (`_give_back` a no-op), and the message of the failed block is
+    never applied."""
+    via = ring.nodes[0].endpoint
+    db = sqlite3.connect(tmp_path / "app.db", check_same_thread=False)
+    db.execute("CREATE TABLE got (seq INTEGER PRIMARY KEY)")
+    with Client(via, heartbeat=HB) as pub:
+        with Client(via, heartbeat=HB) as sub_client:
+            sub = sub_client.subscribe("invoices", durable="books", commit_with=db)
+            with pytest.raises(RuntimeError, match="commit_with"):
+                with sub_client.subscribe("credit-notes").transaction():
+                    pass
+            for i in range(1, 4):
+                pub.publish("invoices", f"i{i}")
+            with sub.transaction() as conn:
+                for _ in range(2):
+                    m = sub.get(timeout=20)
+                    conn.execute("INSERT INTO got VALUES (?)", (m.seq,))
+            with pytest.raises(ZeroDivisionError), sub.transaction() as conn:
+                m = sub.get(timeout=20)
+                conn.execute("INSERT INTO got VALUES (?)", (m.seq,))
+                raise ZeroDivisionError("the application fails after writing")
+            assert [s for (s,) in db.execute("SELECT seq FROM got")] == [1, 2]
+            again = sub.get(timeout=20)
+            assert (again.seq, again.redelivered) == (3, True)
+            # taken outside a block: never committed, so it comes again after a restart
+        pub.publish("invoices", "i4")
+        with Client(via, heartbeat=HB) as restarted:
+            sub = restarted.subscribe("invoices", durable="books", commit_with=db)
+            with sub.transaction() as conn:
+                for _ in range(2):
+                    m = sub.get(timeout=20)
+                    conn.execute("INSERT INTO got VALUES (?)", (m.seq,))
+            assert sub.get(timeout=0.5) is None
+    assert [s for (s,) in db.execute("SELECT seq FROM got")] == [1, 2, 3, 4]
