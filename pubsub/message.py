@@ -50,11 +50,25 @@ class Message:
         if self._commit is not None:
             self._commit(self)
 
-    def ack(self) -> None:
+    def ack(self, commit_with: object = None) -> bool:
         """A consumer group's message is done with: the publisher gives it to no one else. Elsewhere
-        (and a second time) a no-op."""
+        (and a second time) a no-op.
+
+        `commit_with`: the application's sqlite3 connection on which it made this message's writes.
+        They commit first, with a row saying the group applied this message (pubsub/group_tx.py); when
+        the group had applied it already (it came again after a member died before its ack), they are
+        rolled back instead and this returns False. Exactly once across the group's members."""
+        applied = True
+        if commit_with is not None:
+            if self.group is None:
+                raise ValueError("ack(commit_with=...) is for a consumer group's message; a durable subscription "
+                                 "takes subscribe(..., commit_with=conn)")
+            from pubsub.group_tx import apply_once
+
+            applied = apply_once(commit_with, self.group, self.topic, self.publisher, self.seq)
         if self._settle is not None:
             self._settle(self, "ack")
+        return applied
 
     def nak(self) -> None:
         """Send this consumer group's message again, now (to any member, this one included), unless it

@@ -146,3 +146,67 @@ def test_without_commit_with_the_same_run_leaves_flagged_duplicates(ring, tmp_pa
     for order, _, _, redelivered in got:
         assert order not in seen or redelivered, f"{order} delivered again without the redelivered flag"
         seen.add(order)
+
+
+GROUP_TOTAL = 10_000
+MEMBER_KILLS = 5
+
+
+def test_a_group_acking_with_commit_with_applies_each_message_once_while_a_member_is_killed(ring, tmp_path):
+    """Three members of a consumer group insert each message they take into one shared SQLite table and
+    ack with `commit_with` (pubsub/group_tx.py); one of them is SIGKILLed 5 times while they take
+    10,000 messages, and restarted: what it had applied and not acked comes again to a member, finds
+    its row, and is rolled back, so the table holds each message once. To see it fail: let the ack
+    commit whether or not its row was there (`if cur.rowcount == 0:` → `if False:` in
+    pubsub/group_tx.py), and the redelivered messages are applied twice."""
+    via, topic = ring.nodes[1].endpoint, "invoices"
+    db = tmp_path / "shared.sqlite3"
+    members: list[subprocess.Popen] = []
+
+    def start(i: int) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-m", "tests.helpers.worker", "--via", via, "--topic", topic, "--group",
+                              "billing", "--out", str(tmp_path / f"m{i}.jsonl"), "--db", str(db), "--heartbeat",
+                              str(HB), "--prefetch", "50"],
+                             stdout=subprocess.PIPE, stderr=open(tmp_path / f"m{i}.err", "a"))  # noqa: SIM115
+        members.append(p)
+        assert p.stdout.readline() == b"ready\n", (tmp_path / f"m{i}.err").read_text()[-2000:]
+        return p
+
+    def applied() -> list[str]:
+        if not db.exists():
+            return []
+        with closing(sqlite3.connect(db, timeout=30)) as conn:
+            return [p for (p,) in conn.execute("SELECT payload FROM orders")]
+
+    def taken(i: int) -> int:
+        path = tmp_path / f"m{i}.jsonl"
+        return path.read_text().count("\n") if path.exists() else 0
+
+    try:
+        victim = start(0)
+        start(1)
+        start(2)
+        with Client(via, heartbeat=HB) as pub:
+            feeding = threading.Thread(target=lambda: [pub.publish(topic, f"o{i}") for i in range(GROUP_TOTAL)])
+            feeding.start()
+            rng = random.Random(11)
+            for _ in range(MEMBER_KILLS):
+                before = taken(0)
+                wait_for(lambda b=before: taken(0) >= b + rng.randint(20, 200) or len(applied()) >= GROUP_TOTAL,
+                         60, interval=0.02, what="the member taking messages")
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(10)
+                victim = start(0)
+            feeding.join(120)
+            wait_for(lambda: len(set(applied())) >= GROUP_TOTAL, 120, interval=0.5,
+                     what=f"all {GROUP_TOTAL} messages in the shared table")
+    finally:
+        for p in members:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+    got = Counter(applied())
+    assert set(got) == {f"o{i}" for i in range(GROUP_TOTAL)}
+    assert max(got.values()) == 1, [k for k, n in got.items() if n > 1][:10]
+    skipped = sum((tmp_path / f"m{i}.jsonl").read_text().count('"skipped"') for i in range(3))
+    assert skipped, "no kill left an applied message unacked: nothing was shown to be applied once"
