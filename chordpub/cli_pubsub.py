@@ -235,7 +235,8 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
                connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Show the topic's id, owner node, publishers (with strength and history), subscriber count, and each
+    """Show the topic's id, owner node, publishers (with strength, history, retention and their msg-id
+    dedup window: ids held, duplicates not sent, ids evicted by its bounds), subscriber count, and each
     consumer group: its members, backlog, in flight, delivered, redelivered and dead-lettered."""
     from pubsub.directory import topic_info as read_info
 
@@ -251,6 +252,11 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                          f"history {p['history']}  retain {retain.get('messages')} messages / "
                          f"{retain.get('seconds')} s / {retain.get('bytes')} bytes"
                          + ("  archived by the owner" if p.get("archive") else ""))
+            if p.get("dedup"):
+                d = p["dedup"]
+                lines.append(f"    dedup window {d['window_s']:g} s: {d['ids']} ids held (at most {d['max_ids']}, "
+                             f"{d['max_bytes']} bytes), {d['duplicates']} duplicates not sent, "
+                             f"{d['evicted']} ids evicted by the bounds before the window's end")
         for name, g in o.get("groups", {}).items():
             lines.append(f"group {name}: {plural(len(g['members']), 'member')}, backlog {g['backlog']}, in flight "
                          f"{g['in_flight']}, delivered {g['delivered']} ({g['redelivered']} redelivered), "

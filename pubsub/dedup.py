@@ -113,5 +113,7 @@ class DedupWindow:
         self.expire(now_ns)
 
     def stats(self) -> dict:
-        return {"window_s": self.bounds.seconds, "ids": len(self._ids), "bytes": self.bytes,
-                "evicted": self.evicted, "duplicates": self.duplicates}
+        """What `topic info` shows of it: the window and its bounds, what it holds, what it answered
+        from itself (duplicates) and what its bounds pushed out before the window's end (evicted)."""
+        return {"window_s": self.bounds.seconds, "max_ids": self.bounds.ids, "max_bytes": self.bounds.bytes,
+                "ids": len(self._ids), "bytes": self.bytes, "evicted": self.evicted, "duplicates": self.duplicates}

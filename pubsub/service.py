@@ -117,6 +117,7 @@ SERVICE_SCHEMAS: wire.Schemas = {
     "gack": {"member": _MEMBER, "lease": (wire.seconds, True), "items": (_group_acks, True)},
     "gleave": {"member": _MEMBER, "items": (_group_names, True)},
     "groups": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},  # each group's members and figures
+    "figures": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},  # the publication's own (`topic info`)
 }
 
 
@@ -170,6 +171,8 @@ class Service:
         if req["op"] == "probe":
             self._probe_topics.add(topic)
             return {"token": self.publishing.next_probe_token()}
+        if req["op"] == "figures":
+            return self.publishing.figures(topic)
         result = self.publishing.serve(topic, req["op"], count=req.get("count", 0), lo=req.get("from", 1),
                                        hi=req.get("to"))
         if result is None:

@@ -20,7 +20,8 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import wait_for
-from tests.conftest import start_module_ring
+from pubsub.dedup import DEDUP_BYTES, DEDUP_IDS
+from tests.conftest import run_cli, start_module_ring
 
 HB = 0.3
 
@@ -132,3 +133,23 @@ def test_a_get_users_transaction_commits_its_messages_with_its_writes_or_gives_t
                     conn.execute("INSERT INTO got VALUES (?)", (m.seq,))
             assert sub.get(timeout=0.5) is None
     assert [s for (s,) in db.execute("SELECT seq FROM got")] == [1, 2, 3, 4]
+
+
+def test_a_window_over_its_bound_evicts_the_oldest_ids_and_topic_info_counts_them(ring):
+    """100,005 msg ids within the window: its bound of 100,000 pushes the 5 oldest out, and `topic info`
+    says so (the window, what it holds, the duplicates it did not send, the ids evicted); an evicted id
+    is sent again (documented). To see it fail: evict without counting (`self.evicted += 1` gone in
+    pubsub/dedup.py)."""
+    via = ring.nodes[2].endpoint
+    with Client(via, heartbeat=HB) as pub:
+        for i in range(DEDUP_IDS + 5):
+            pub.publish("receipts", b"r", msg_id=f"r{i}")
+        assert pub.publish("receipts", b"r", msg_id=f"r{DEDUP_IDS}").duplicate
+        info = run_cli("topic", "info", "receipts", "--via", via, "--json")
+        assert info.returncode == 0, info.stderr
+        (entry,) = json.loads(info.stdout)["publishers"]
+        assert entry["dedup"] == {"window_s": 120.0, "max_ids": DEDUP_IDS, "max_bytes": DEDUP_BYTES,
+                                  "ids": DEDUP_IDS, "bytes": entry["dedup"]["bytes"], "evicted": 5, "duplicates": 1}
+        human = run_cli("topic", "info", "receipts", "--via", via)
+        assert "1 duplicates not sent, 5 ids evicted" in human.stdout, human.stdout
+        assert not pub.publish("receipts", b"r", msg_id="r0").duplicate  # evicted: a new message

@@ -34,7 +34,8 @@ def test_the_bounds_push_out_the_oldest_ids_and_count_them():
     small.add("aaaaa", 1, 0)
     small.add("bbbbbb", 2, 0)
     assert small.seen("aaaaa", 0) is None and small.evicted == 1 and small.bytes == 6
-    assert w.stats() == {"window_s": 60.0, "ids": 3, "bytes": 9, "evicted": 2, "duplicates": 1}
+    assert w.stats() == {"window_s": 60.0, "max_ids": 3, "max_bytes": 1000, "ids": 3, "bytes": 9, "evicted": 2,
+                         "duplicates": 1}
 
 
 def test_a_restored_window_forgets_what_the_window_let_go():
