@@ -1,8 +1,9 @@
 """Exactly once into the application's database (pubsub/tx_positions.py): a durable subscriber whose
 callback writes each message into its SQLite table, with `commit_with` its position committing in the
-same transaction, is SIGKILLed again and again while a publisher sending with msg ids is itself
-killed and restarted (re-sending its last messages with the same ids): the table holds every message
-once, in order. Without `commit_with`, the same run leaves duplicates in the table, each flagged
+same transaction, is SIGKILLed 20 times at random moments (mid-callback too: each message has a fifth
+of a millisecond of work after its insert) while a publisher sends 50,000 messages with msg ids and is
+itself SIGKILLed and restarted 5 times (re-sending its last messages with the same ids): the table
+holds every message once, in order. Without `commit_with`, the same run leaves duplicates in the table, each flagged
 `redelivered`: the difference is the transaction. Real processes throughout.
 
 To see it fail: run the callbacks outside the transactions (`run_callbacks` not taking
@@ -30,9 +31,9 @@ from chordpub.launcher import wait_for
 from tests.conftest import start_module_ring
 
 HB = 0.3
-TOTAL = 2500
-SUB_KILLS = 6
-PUB_RESTARTS = 2
+TOTAL = 50_000
+SUB_KILLS = 20
+PUB_RESTARTS = 5
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +51,28 @@ def rows(db: Path) -> list[tuple[str, str, int, int]]:
             return []
 
 
+def taken(db: Path, distinct: bool = False) -> int:
+    """Rows in the table (distinct orders with `distinct`), counted by the database."""
+    if not db.exists():
+        return 0
+    with closing(sqlite3.connect(db, timeout=10)) as conn:
+        try:
+            return conn.execute(f"SELECT count({'DISTINCT id' if distinct else '*'}) FROM got").fetchone()[0]
+        except sqlite3.OperationalError:  # the table is not made yet
+            return 0
+
+
 def lines(ids: range) -> bytes:
     return b"".join(json.dumps({"id": f"o{i}"}).encode() + b"\n" for i in ids)
 
 
 def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, int, int]]:  # noqa: ANN001
+    """The run both tests share; it checks that the subscriber was killed SUB_KILLS times and the
+    publisher PUB_RESTARTS times before the table was full."""
     via = ring.nodes[0].endpoint
     db, topic = tmp_path / "app.sqlite3", f"ledger-{int(commit_with)}"
     sub_cmd = [sys.executable, "-m", "tests.helpers.tx_subscriber", "--via", via, "--topic", topic, "--db", str(db),
-               "--name", "books", "--work-ms", "1",
+               "--name", "books", "--work-ms", "0.2",
                *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
     pub_cmd = [sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", topic, "--stdin", "--reliable",
                "--msg-id-field", "id", "--data-dir", str(tmp_path / "pub"), "--heartbeat", str(HB), "--linger", "60"]
@@ -73,25 +87,25 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
         assert p.stdout.readline() == b"subscribed\n", (tmp_path / "sub.err").read_text()
         return p
 
-    def finished() -> bool:
-        return done.is_set() or len({r[0] for r in rows(db)}) >= TOTAL
+    errors: list[BaseException] = []
 
-    def killer() -> None:  # the subscriber SIGKILLed at random moments while it takes messages, restarted
-        for _ in range(SUB_KILLS):
-            before = len(rows(db))
-            if done.wait(rng.uniform(0.2, 0.8)):
-                return
-            try:
-                wait_for(lambda b=before: len(rows(db)) >= b + 20 or finished(), 60, interval=0.02,
-                         what="the subscriber taking messages")
-            except TimeoutError:
-                return
-            if finished():
-                return
-            victim = subs[-1]
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(10)
-            start_sub()
+    def killer() -> None:
+        """The subscriber SIGKILLed once in each of SUB_KILLS + 1 even stretches of the run, at a random
+        point of it (wherever its callback then is), and restarted."""
+        try:
+            stretch = TOTAL // (SUB_KILLS + 1)
+            for k in range(1, SUB_KILLS + 1):
+                at = k * stretch + rng.randint(-stretch // 3, stretch // 3)
+                wait_for(lambda a=at: done.is_set() or taken(db) >= a, 120, interval=0.02,
+                         what=f"the subscriber past {at} rows")
+                if done.is_set():
+                    return
+                victim = subs[-1]
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(10)
+                start_sub()
+        except BaseException as exc:  # noqa: BLE001 - said by the test's assertion
+            errors.append(exc)
 
     with Client(via, heartbeat=HB):
         start_sub()
@@ -109,13 +123,15 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
                 if run == 0:
                     killing.start()
                 if run < PUB_RESTARTS:
-                    wait_for(lambda f=fed_to: len({r[0] for r in rows(db)}) >= f - chunk // 2, 90,
+                    wait_for(lambda f=fed_to: taken(db, distinct=True) >= f - chunk // 2, 90,
                              what="the table half way through this run's orders")
                     pub.send_signal(signal.SIGKILL)
                     pub.wait(10)
-            killing.join(60)
-            wait_for(lambda: len({r[0] for r in rows(db)}) >= TOTAL, 120, interval=0.5,
+            killing.join(180)
+            assert not errors, errors
+            wait_for(lambda: taken(db, distinct=True) >= TOTAL, 120, interval=0.5,
                      what=f"all {TOTAL} orders in the table")
+            assert (len(subs), len(pubs)) == (SUB_KILLS + 1, PUB_RESTARTS + 1), "fewer kills than the run is for"
         finally:
             done.set()
             for p in subs + pubs:
