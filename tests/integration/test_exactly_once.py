@@ -21,7 +21,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from pubsub.dedup import DEDUP_BYTES, DEDUP_IDS
-from tests.conftest import run_cli, start_module_ring
+from tests.conftest import one_error_line, run_cli, start_module_ring
 
 HB = 0.3
 
@@ -153,3 +153,21 @@ def test_a_window_over_its_bound_evicts_the_oldest_ids_and_topic_info_counts_the
         human = run_cli("topic", "info", "receipts", "--via", via)
         assert "1 duplicates not sent, 5 ids evicted" in human.stdout, human.stdout
         assert not pub.publish("receipts", b"r", msg_id="r0").duplicate  # evicted: a new message
+
+
+def test_bad_terms_are_one_clear_error_and_subscribe_or_send_nothing(ring, tmp_path):
+    via = ring.nodes[0].endpoint
+    conn = sqlite3.connect(tmp_path / "app.db", check_same_thread=False)
+    with Client(via, heartbeat=HB) as client:
+        with pytest.raises(ValueError, match="sqlite3.Connection, not str"):
+            client.subscribe("refunds", durable="books", commit_with="app.db")
+        with pytest.raises(ValueError, match="commit_with goes with durable=NAME"):
+            client.subscribe("refunds", commit_with=conn)
+        client.subscribe("refunds", durable="books", commit_with=conn)  # nothing was subscribed before
+        for bad in ("", "x" * 257):
+            with pytest.raises(ValueError, match="a msg_id is 1..256 characters"):
+                client.publish("credits", b"c", msg_id=bad)
+        assert client.publish("credits", b"c", msg_id="c-1") == 1  # nothing was sent (or numbered) before
+    for bad in ("", "x" * 257):
+        one_error_line(run_cli("pub", "--via", via, "--topic", "credits", "--message", "m", "--msg-id", bad),
+                       "--msg-id must be 1..256 characters")
