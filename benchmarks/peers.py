@@ -59,6 +59,8 @@ WORKLOADS = {  # name: (systems, publishers, subscribers)
     "pattern": (BEST_EFFORT, 1, 1),
     "reliable": (("chordpub-reliable", "jetstream-memory"), 1, 1),
     "durable": (("chordpub-durable", "jetstream-file"), 1, 1),
+    # each message a row of the subscriber's SQLite database: at least once, and exactly once
+    "exactly-once": (("chordpub-durable", "chordpub-exactly-once", "jetstream-exactly-once"), 1, 1),
 }
 
 
@@ -134,7 +136,7 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
     many = workload in ("topics", "pattern")
     topics = args.topics if many else 1
     count = 1 if many else (args.messages // pubs if workload == "fan-in" else args.messages)
-    paced = args.paced if workload in ("1->1", "1->1-pattern", "reliable", "durable") else 0
+    paced = args.paced if workload in ("1->1", "1->1-pattern", "reliable", "durable", "exactly-once") else 0
     pattern = ["--pattern"] if workload in ("pattern", "1->1-pattern") else []
     warm = not many
     topic = "t" + "".join(c for c in tag if c.isalnum())  # a subject every system takes
@@ -151,7 +153,8 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
                 [*CHILD, "sub", system, url, "--topic", topic, "--topics", str(topics), "--expected", str(expected),
                  "--ready", str(tmp / f"ready{i}"), "--warm", str(tmp / f"warm{i}") if warm else "",
                  "--out", str(tmp / f"sub{i}.json"), "--data", str(tmp / f"sub-data{i}"),
-                 "--limit", str(args.limit), *pattern],
+                 "--limit", str(args.limit), *pattern,
+                 *(["--app-db", str(tmp / f"app{i}.sqlite3")] if workload == "exactly-once" else [])],
                 start_new_session=True))
         wait_for(lambda: all((tmp / f"ready{i}").exists() for i in range(subs)), 300,
                  what=f"{system} {workload}: subscribers ready")

@@ -1,6 +1,8 @@
 """The systems benchmarks/peers.py compares, each as a publisher and a subscriber run in a child process
 with its own Python client: chordpub (best effort, reliable, durable), NATS core (nats-py), Mosquitto
-(paho-mqtt, QoS 0 and 1) and NATS JetStream (memory and file storage).
+(paho-mqtt, QoS 0 and 1) and NATS JetStream (memory and file storage); and, for exactly once into the
+application's database (`--app-db`), chordpub's durable path at least once, chordpub with msg ids and
+commit_with, and JetStream with Nats-Msg-Id and a double ack (`ack_sync`).
 
 A child is started as `python benchmarks/peers_systems.py pub|sub SYSTEM URL ...` (see `main`). Every
 message is SIZE bytes and starts with its phase (w: warm-up, p: paced, f: flood) and the sender's
@@ -25,8 +27,27 @@ sys.path.insert(0, str(ROOT))
 SIZE = 100
 HEAD = struct.Struct("!cq")  # phase, sent_ns
 IDLE_S = 3.0  # a subscriber that hears nothing this long (after the first flood message) reports what it has
-CHORDPUB = ("chordpub", "chordpub-reliable", "chordpub-durable")
-JETSTREAM = ("jetstream-memory", "jetstream-file")
+CHORDPUB = ("chordpub", "chordpub-reliable", "chordpub-durable", "chordpub-exactly-once")
+JETSTREAM = ("jetstream-memory", "jetstream-file", "jetstream-exactly-once")
+DURABLE = ("chordpub-durable", "chordpub-exactly-once")  # a data directory on both sides
+
+
+class AppDb:
+    """The application's work in the exactly-once workload: each message a row of its SQLite database
+    (WAL, synchronous=NORMAL), committed with the message (`commit_with`, for chordpub-exactly-once) or
+    by the application before the ack (the others)."""
+
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        self.conn = sqlite3.connect(path, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS applied (sent_ns INTEGER, payload BLOB)")
+        self.conn.commit()
+
+    def insert(self, data: bytes) -> None:
+        self.conn.execute("INSERT INTO applied VALUES (?, ?)", (HEAD.unpack_from(data)[1], data))
 
 
 def payload(phase: bytes) -> bytes:
@@ -104,14 +125,25 @@ def subscribe(args: argparse.Namespace) -> None:
     tally = Tally(args.expected)
     topics = subscriptions(args)
     ready = Path(args.ready)
+    app = AppDb(args.app_db) if args.app_db else None
     if args.system in CHORDPUB:
         from chordpub import Client
 
+        exactly_once = args.system == "chordpub-exactly-once"
         data = Path(args.data) if args.system == "chordpub-durable" else None
+
+        def take(m) -> None:  # noqa: ANN001
+            if app is not None:
+                app.insert(m.payload)
+                if not exactly_once:
+                    app.conn.commit()  # the application's own commit; the position follows (at least once)
+            tally.take(m.payload)
+
         with Client(args.url, heartbeat=1.0, data_dir=data) as client:
             for t in topics:
-                client.subscribe(t, callback=lambda m: tally.take(m.payload), reliable=args.system != "chordpub",
-                                 durable="bench" if data else None)
+                client.subscribe(t, callback=take, reliable=args.system != "chordpub",
+                                 durable="bench" if args.system in DURABLE else None,
+                                 commit_with=app.conn if exactly_once else None)
             ready.write_text("1")
             _watch_warm(tally, args)
             tally.wait(args.limit)
@@ -137,11 +169,11 @@ def subscribe(args: argparse.Namespace) -> None:
         client.loop_stop()
         client.disconnect()
     else:
-        asyncio.run(_nats_subscribe(args, topics, tally))
+        asyncio.run(_nats_subscribe(args, topics, tally, app))
     Path(args.out).write_text(json.dumps(tally.report()))
 
 
-async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Tally) -> None:
+async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Tally, app: AppDb | None) -> None:
     import nats
 
     nc = await nats.connect(args.url, pending_size=1024 * 1024 * 1024)
@@ -149,7 +181,18 @@ async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Ta
     async def on_message(msg) -> None:  # noqa: ANN001
         tally.take(msg.data)
 
-    if args.system == "nats":
+    async def apply_and_ack(msg) -> None:  # noqa: ANN001 - exactly once: the row committed, then the double ack
+        app.insert(msg.data)
+        app.conn.commit()
+        await msg.ack_sync()
+        tally.take(msg.data)
+
+    if args.system == "jetstream-exactly-once":
+        js = nc.jetstream()
+        for t in topics:
+            await js.subscribe(t, durable=f"bench-{t}".replace(".", "-"), cb=apply_and_ack, manual_ack=True,
+                               pending_msgs_limit=10_000_000, pending_bytes_limit=-1)
+    elif args.system == "nats":
         for t in topics:
             await nc.subscribe(t, cb=on_message, pending_msgs_limit=10_000_000, pending_bytes_limit=-1)
     else:  # JetStream: a durable push consumer, acked as the callback returns (nats-py's default)
@@ -184,10 +227,12 @@ class Sender:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.system = args.system
+        self.ids = self.system.endswith("exactly-once")  # every message a msg id of its own
+        self.sent = 0
         if self.system in CHORDPUB:
             from chordpub import Client
 
-            data = Path(args.data) if self.system == "chordpub-durable" else None
+            data = Path(args.data) if self.system in DURABLE else None
             self.client = Client(args.url, heartbeat=1.0, data_dir=data)
             if self.system != "chordpub":
                 for t in args.topic_names:
@@ -208,9 +253,13 @@ class Sender:
             self.nc = self.loop.run_until_complete(_nats_connect(args.url))
             self.js = self.nc.jetstream() if self.system in JETSTREAM else None
 
+    def msg_id(self) -> str | None:
+        self.sent += 1
+        return f"m{self.sent}" if self.ids else None
+
     def one(self, topic: str, phase: bytes) -> None:
         if self.system in CHORDPUB:
-            self.client.publish(topic, payload(phase))
+            self.client.publish(topic, payload(phase), msg_id=self.msg_id())
         elif self.system.startswith("mqtt"):
             info = self.mqtt.publish(topic, payload(phase), qos=self.qos)
             if self.qos:
@@ -220,7 +269,8 @@ class Sender:
 
     async def _nats_one(self, topic: str, phase: bytes) -> None:
         if self.js is not None:
-            await self.js.publish(topic, payload(phase))
+            msg_id = self.msg_id()
+            await self.js.publish(topic, payload(phase), headers={"Nats-Msg-Id": msg_id} if msg_id else None)
         else:
             await self.nc.publish(topic, payload(phase))
             await self.nc.flush()
@@ -228,6 +278,11 @@ class Sender:
     def flood(self, topics: list[str], count: int) -> None:
         if self.system in CHORDPUB:
             publish = self.client.publish
+            if self.ids:
+                for _ in range(count):
+                    for t in topics:
+                        publish(t, payload(b"f"), msg_id=self.msg_id())
+                return
             for _ in range(count):
                 for t in topics:
                     publish(t, payload(b"f"))
@@ -256,7 +311,9 @@ class Sender:
         acks = []
         for _ in range(count):
             for t in topics:
-                acks.append(self.js.publish(t, payload(b"f")))  # async publish, acks awaited 256 at a time
+                msg_id = self.msg_id()
+                acks.append(self.js.publish(t, payload(b"f"), headers={"Nats-Msg-Id": msg_id} if msg_id else None))
+                # async publish, acks awaited 256 at a time
             if len(acks) >= 256:
                 await asyncio.gather(*acks)
                 acks = []
@@ -317,7 +374,8 @@ def main() -> None:
     ap.add_argument("--warm-files", default="", help="publisher: the subscribers' --warm files, comma-separated")
     ap.add_argument("--out", default="")
     ap.add_argument("--stop", default="")
-    ap.add_argument("--data", default="", help="chordpub-durable: the data directory")
+    ap.add_argument("--data", default="", help="chordpub-durable, chordpub-exactly-once: the data directory")
+    ap.add_argument("--app-db", default="", help="subscriber: each message a row of this SQLite database")
     ap.add_argument("--pattern", action="store_true", help="topics are levels under TOPIC; the subscriber "
                     "follows them with one wildcard")
     args = ap.parse_args()

@@ -255,7 +255,8 @@ class Client:
         after it, and publishers retain what it has not acknowledged (pubsub/positions.py says
         exactly when positions are committed; `auto_commit=False` leaves it to `Message.commit()`).
         `commit_with`: with `durable`, the application's sqlite3 connection (made with
-        `check_same_thread=False`): each callback runs in a transaction of it that also commits the
+        `check_same_thread=False`): each callback runs in a transaction of it (a savepoint of one for the
+        messages that arrived together) that also commits the
         position (pubsub/tx_positions.py), so a crash never applies a message twice: exactly once;
         without a callback, `with sub.transaction() as conn:` commits what get() returned inside it.
         Called from a callback, it returns at once (the io thread cannot wait on itself) and the

@@ -291,21 +291,23 @@ def run_callbacks(sub: Subscription, messages: list[Message]) -> int:
 
 
 def _run_in_transactions(sub: Subscription, messages: list[Message]) -> int:
-    """commit_with (pubsub/tx_positions.py): each callback (a batch callback: its list) with the
-    position after it in one transaction; one that raises is rolled back, dead-lettered and skipped."""
+    """commit_with (pubsub/tx_positions.py): the callbacks (a batch callback: its list) of messages that
+    arrived together in one transaction of the application's connection, each in a savepoint of it, with
+    the positions after them, committed at most COMMIT_EVERY messages apart; a callback that raises is
+    rolled back, dead-lettered and passed over."""
     tx = sub.positions
     parts = [messages] if sub.batch else [[m] for m in messages]
+
+    def call(part: list[Message]) -> None:
+        sub.callback(part if sub.batch else part[0])  # type: ignore[misc]
+
+    def failed(part: list[Message], exc: Exception) -> None:
+        for msg in part:
+            sub.failed(msg, exc)
+
     errors = 0
-    for part in parts:
-        if not sub.active:
-            break
-        try:
-            tx.run(lambda part=part: sub.callback(part if sub.batch else part[0]), part)  # type: ignore[union-attr, misc]
-        except Exception as exc:
-            errors += len(part)
-            for msg in part:
-                sub.failed(msg, exc)
-            tx.skip(part)  # type: ignore[union-attr]
+    for i in range(0, len(parts), COMMIT_EVERY):
+        errors += tx.run_all(parts[i:i + COMMIT_EVERY], call, failed, lambda: sub.active)  # type: ignore[union-attr]
     return errors
 
 

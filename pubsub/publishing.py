@@ -395,12 +395,6 @@ class PublishingSide:
                 self.runs.send_run(pub)  # what the reply names as sent has been
             return None if pub is None else pub.serve(op, count, lo, hi)
 
-    def figures(self, topic: str) -> dict:
-        """The publication's figures for `topic info`: its dedup window's (None before a first msg id)."""
-        with self.lock:
-            pub = self.publications.get(topic)
-            return {"dedup": None if pub is None or pub.dedup is None else pub.dedup.stats()}
-
     def follow_relay(self, topic: str, endpoint: str | None) -> None:
         """Connect the relay socket to `endpoint`, the relay of `topic`'s owner (None: leave it)."""
         with self.lock:

@@ -171,8 +171,10 @@ class Service:
         if req["op"] == "probe":
             self._probe_topics.add(topic)
             return {"token": self.publishing.next_probe_token()}
-        if req["op"] == "figures":
-            return self.publishing.figures(topic)
+        if req["op"] == "figures":  # the publication's own, for `topic info`: its msg-id window (pubsub/dedup.py)
+            with self.publishing.lock:
+                pub = self.publishing.publications.get(topic)
+                return {"dedup": None if pub is None or pub.dedup is None else pub.dedup.stats()}
         result = self.publishing.serve(topic, req["op"], count=req.get("count", 0), lo=req.get("from", 1),
                                        hi=req.get("to"))
         if result is None:

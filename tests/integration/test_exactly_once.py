@@ -22,6 +22,7 @@ from chordpub import Client
 from chordpub.launcher import wait_for
 from pubsub.dedup import DEDUP_BYTES, DEDUP_IDS
 from tests.conftest import one_error_line, run_cli, start_module_ring
+from tests.helpers.prometheus import scrape, value
 
 HB = 0.3
 
@@ -137,11 +138,12 @@ def test_a_get_users_transaction_commits_its_messages_with_its_writes_or_gives_t
 
 def test_a_window_over_its_bound_evicts_the_oldest_ids_and_topic_info_counts_them(ring):
     """100,005 msg ids within the window: its bound of 100,000 pushes the 5 oldest out, and `topic info`
-    says so (the window, what it holds, the duplicates it did not send, the ids evicted); an evicted id
+    says so (the window, what it holds, the duplicates it did not send, the ids evicted), and so do the
+    publisher's metrics; an evicted id
     is sent again (documented). To see it fail: evict without counting (`self.evicted += 1` gone in
     pubsub/dedup.py)."""
     via = ring.nodes[2].endpoint
-    with Client(via, heartbeat=HB) as pub:
+    with Client(via, heartbeat=HB, metrics_port=0) as pub:
         for i in range(DEDUP_IDS + 5):
             pub.publish("receipts", b"r", msg_id=f"r{i}")
         assert pub.publish("receipts", b"r", msg_id=f"r{DEDUP_IDS}").duplicate
@@ -152,6 +154,9 @@ def test_a_window_over_its_bound_evicts_the_oldest_ids_and_topic_info_counts_the
                                   "ids": DEDUP_IDS, "bytes": entry["dedup"]["bytes"], "evicted": 5, "duplicates": 1}
         human = run_cli("topic", "info", "receipts", "--via", via)
         assert "1 duplicates not sent, 5 ids evicted" in human.stdout, human.stdout
+        samples = scrape(pub.metrics_endpoint)
+        assert value(samples, "chordpub_dedup_evicted_total", topic="receipts") == 5, samples
+        assert value(samples, "chordpub_publish_duplicates_total", topic="receipts") == 1
         assert not pub.publish("receipts", b"r", msg_id="r0").duplicate  # evicted: a new message
 
 
