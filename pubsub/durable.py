@@ -16,7 +16,8 @@
 
 One connection, used under a lock from the client's threads (the io loop, the journal thread, the
 application's thread committing). A commit is one write to the WAL file: it survives the process
-being killed; `synchronous=NORMAL` leaves only a power cut able to take the last commits back.
+being killed; `synchronous=NORMAL` leaves only a power cut able to take the last commits back. The
+log is copied back into the file by a thread of its own (pubsub/checkpointer.py), not by a commit.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+from pubsub.checkpointer import BACKSTOP_PAGES, Checkpointer
 from pubsub.envelope import DEFAULT_PRIORITY, Envelope
 from pubsub.message import DeadLetter
 
@@ -94,11 +96,13 @@ class DataDir:
                 self._check_existing(path)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=5000")
+            self.db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
         except sqlite3.DatabaseError as exc:
             raise DataDirError(f"{path} is not a usable client state file ({exc}): refusing to touch it") from None
         except OSError as exc:
             raise DataDirError(f"cannot use {self.directory}: {exc.strerror or exc}") from None
         self.name = self._claim(name, fresh)
+        self.checkpointer = Checkpointer(path)  # the log copied back off the committing threads
 
     def _check_existing(self, path: Path) -> None:
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -131,6 +135,7 @@ class DataDir:
             return row[0]
 
     def close(self) -> None:
+        self.checkpointer.stop()
         with self.lock:
             self.db.close()
 
