@@ -354,7 +354,7 @@ def test_topic_info_json(ring):
         assert set(found) == {"topic", "key_id", "owner", "publishers", "subscribers", "groups"}
         assert found["groups"] == {}  # no consumer group on this topic
         assert found["publishers"] == [{"id": publisher.id, "endpoint": publisher.publishing.endpoint,
-                                        "strength": 3, "history": 7, "archive": False,
+                                        "strength": 3, "history": 7, "archive": False, "dedup": None,
                                         "retain": {"messages": 100_000, "seconds": 3600.0, "bytes": 64 * 2**20}}]
         assert found["subscribers"] == 1
         assert found["owner"]["id"] == owner_of(sorted(n.id for n in ring.nodes), key_id("catalogue"))
