@@ -78,9 +78,10 @@ def json_of(*args: str) -> dict | None:
 def test_every_listening_socket_can_be_given_its_port(procs):
     """--port and --ports fix every port a node and a client listen on (a firewall or a container's
     port map needs them): the node's RPC, events, relay in and out; a client's service and PUB."""
-    port = free_consecutive(1)
-    base = free_consecutive(3)
-    client_base = free_consecutive(2)
+    # one block of six, split: three separate picks could overlap (CI run 31 gave the client's first
+    # port the node's own, free when picked, taken by the node before the client bound it)
+    port = free_consecutive(6)
+    base, client_base = port + 1, port + 4
     node = procs("node", "node", "start", "--port", str(port), "--ports", str(base), "--stabilize", "0.2")
     via = f"127.0.0.1:{port}"
     info = wait_for(lambda: json_of("node", "info", via), timeout=20, what="the node serving")

@@ -248,7 +248,16 @@ def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactl
                     into.append(m)
             return all(len(got[s]) >= want[s] for s in got)
 
-        wait_for(all_in, 120, what="every message to each subscription")
+        try:
+            wait_for(all_in, 120, what="every message to each subscription")
+        except TimeoutError as exc:  # say where it stopped: how many each got, which topics never came
+            heard = {m.topic for m in got[everything]}
+            never = sorted({f"dev/{i}/{k}" for i in range(devices) for k in ("temp", "hum")} - heard)
+            counts = Counter(m.topic for m in got[everything])
+            short = sorted(t for t, n in counts.items() if n < each)
+            raise AssertionError(f"{exc}: got {[len(got[s]) for s in (temp, everything, seven)]} of "
+                                 f"{[want[s] for s in (temp, everything, seven)]}; {len(never)} topics never heard "
+                                 f"{never[:5]}; {len(short)} short {[(t, counts[t]) for t in short[:5]]}") from None
         got_temp, got_all, got_seven = got[temp], got[everything], got[seven]
         assert temp.get(timeout=0.5) is None and everything.get(timeout=0.1) is None
     assert Counter(m.topic for m in got_temp) == Counter({f"dev/{i}/temp": each for i in range(devices)})
