@@ -1,5 +1,8 @@
 """A consumer group's ack with commit_with (pubsub/group_tx.py): a message's writes commit with the
-group's row for it, once; a message that comes again has its writes rolled back; the rows are bounded."""
+group's row for it, once; a message that comes again has its writes rolled back; the rows are bounded.
+
+To see it fail: let the ack commit whether or not its row was there (`if cur.rowcount == 0:` → `if
+False:`): the message applied again commits its writes a second time."""
 
 from __future__ import annotations
 
