@@ -1,10 +1,11 @@
 """Exactly once into the application's database (pubsub/tx_positions.py): a durable subscriber whose
 callback writes each message into its SQLite table, with `commit_with` its position committing in the
-same transaction, is SIGKILLed 20 times at random moments (mid-callback too: each message has a fifth
-of a millisecond of work after its insert) while a publisher sends 50,000 messages with msg ids and is
-itself SIGKILLed and restarted 5 times (re-sending its last messages with the same ids): the table
-holds every message once, in order. Without `commit_with`, the same run leaves duplicates in the table, each flagged
-`redelivered`: the difference is the transaction. Real processes throughout.
+same transaction, is SIGKILLed 20 times, each at the first of random moments that finds it inside its
+callback (each message has a fifth of a millisecond of work after its insert), while a publisher sends
+50,000 messages with msg ids and is itself SIGKILLed and restarted 5 times (re-sending its last
+messages with the same ids): the table holds every message once, in order. Without `commit_with`, the
+same run leaves duplicates in the table, each flagged `redelivered`: the difference is the
+transaction. Real processes throughout.
 
 To see it fail: run the callbacks outside the transactions (`run_callbacks` not taking
 `positions.run`): nothing commits the position, and every restart applies the messages again. (A
@@ -14,12 +15,15 @@ the two; tests/unit/test_tx_positions.py dies there every time.)"""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
@@ -34,6 +38,10 @@ HB = 0.3
 TOTAL = 50_000
 SUB_KILLS = 20
 PUB_RESTARTS = 5
+SLICE, AHEAD = 250, 1_000  # the publisher's input is fed this far ahead of the table, so that the kills,
+# spread over the table's rows, fall while messages flow (fed at once, it had all 50,000 in the table
+# before the third kill, and the other 17 found an idle subscriber)
+RESENT = 400  # a restarted publisher sends again its last messages, with the same ids
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +70,33 @@ def taken(db: Path, distinct: bool = False) -> int:
             return 0
 
 
+CLOCK_NANOSLEEP = {"x86_64": "230", "aarch64": "115"}[platform.machine()]  # the syscall of time.sleep
+
+
+def stopped_mid_callback(p: subprocess.Popen, rng: random.Random, deadline_s: float = 5.0) -> bool:
+    """SIGSTOP the subscriber at random moments until one finds it inside its callback's work, after
+    the insert (a thread in the clock_nanosleep of `--work-ms`: nothing else in a subscriber sleeps so),
+    and leave it stopped there: True. False, and still stopped, when none did within the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        p.send_signal(signal.SIGSTOP)
+        while Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+            pass  # the signal is taken at once; the state says when
+        calls = {(Path(f"/proc/{p.pid}/task") / t / "syscall").read_text().split()[0]
+                 for t in os.listdir(f"/proc/{p.pid}/task")}
+        if CLOCK_NANOSLEEP in calls or time.monotonic() > end:
+            return CLOCK_NANOSLEEP in calls
+        p.send_signal(signal.SIGCONT)
+        time.sleep(rng.uniform(0, 0.003))  # the next random moment to look at
+
+
 def lines(ids: range) -> bytes:
     return b"".join(json.dumps({"id": f"o{i}"}).encode() + b"\n" for i in ids)
 
 
 def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, int, int]]:  # noqa: ANN001
-    """The run both tests share; it checks that the subscriber was killed SUB_KILLS times and the
-    publisher PUB_RESTARTS times before the table was full."""
+    """The run both tests share; it checks that the subscriber was killed SUB_KILLS times, at least one
+    of them mid-callback, and the publisher PUB_RESTARTS times before the table was full."""
     via = ring.nodes[0].endpoint
     db, topic = tmp_path / "app.sqlite3", f"ledger-{int(commit_with)}"
     sub_cmd = [sys.executable, "-m", "tests.helpers.tx_subscriber", "--via", via, "--topic", topic, "--db", str(db),
@@ -80,6 +108,7 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
     subs: list[subprocess.Popen] = []
     pubs: list[subprocess.Popen] = []
     done = threading.Event()
+    mid_callback: list[bool] = []
 
     def start_sub() -> subprocess.Popen:
         p = subprocess.Popen(sub_cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "sub.err", "a"))  # noqa: SIM115
@@ -91,7 +120,9 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
 
     def killer() -> None:
         """The subscriber SIGKILLed once in each of SUB_KILLS + 1 even stretches of the run, at a random
-        point of it (wherever its callback then is), and restarted."""
+        point of it, at the first random moment that finds it inside its callback (a kill at any other
+        moment can leave nothing to apply again: CI run 36 had no duplicate in 20 such kills), and
+        restarted."""
         try:
             stretch = TOTAL // (SUB_KILLS + 1)
             for k in range(1, SUB_KILLS + 1):
@@ -101,6 +132,7 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
                 if done.is_set():
                     return
                 victim = subs[-1]
+                mid_callback.append(stopped_mid_callback(victim, rng))
                 victim.send_signal(signal.SIGKILL)
                 victim.wait(10)
                 start_sub()
@@ -116,15 +148,18 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
             for run in range(PUB_RESTARTS + 1):
                 pub = subprocess.Popen(pub_cmd, stdin=subprocess.PIPE, stderr=open(tmp_path / "pub.err", "a"))  # noqa: SIM115
                 pubs.append(pub)
-                start = max(1, fed_to - 200)  # its last messages sent again, with the same ids
+                start = max(1, fed_to - RESENT)  # its last messages sent again, with the same ids
                 fed_to = TOTAL if run == PUB_RESTARTS else fed_to + chunk
-                pub.stdin.write(lines(range(start, fed_to + 1)))
-                pub.stdin.flush()
-                if run == 0:
-                    killing.start()
-                if run < PUB_RESTARTS:
-                    wait_for(lambda f=fed_to: taken(db, distinct=True) >= f - chunk // 2, 90,
-                             what="the table half way through this run's orders")
+                for lo in range(start, fed_to + 1, SLICE):
+                    wait_for(lambda lo=lo: taken(db, distinct=True) >= lo - AHEAD, 90, interval=0.02,
+                             what=f"the table within {AHEAD} orders of the publisher's input")
+                    pub.stdin.write(lines(range(lo, min(lo + SLICE, fed_to + 1))))
+                    pub.stdin.flush()
+                    if run == 0 and lo == start:
+                        killing.start()
+                if run < PUB_RESTARTS:  # the table this close: the publisher has read all but the resent
+                    wait_for(lambda f=fed_to: taken(db, distinct=True) >= f - RESENT // 2, 90,
+                             what="the table near the end of this run's orders")
                     pub.send_signal(signal.SIGKILL)
                     pub.wait(10)
             killing.join(180)
@@ -132,6 +167,7 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
             wait_for(lambda: taken(db, distinct=True) >= TOTAL, 120, interval=0.5,
                      what=f"all {TOTAL} orders in the table")
             assert (len(subs), len(pubs)) == (SUB_KILLS + 1, PUB_RESTARTS + 1), "fewer kills than the run is for"
+            assert any(mid_callback), "no kill found the subscriber inside its callback"
         finally:
             done.set()
             for p in subs + pubs:
