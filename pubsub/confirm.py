@@ -11,7 +11,10 @@ confirm.
 
 Probe requests to one publisher are windowed (PROBE_WINDOW in flight, the rest queued in order): a
 pattern that matches 10,000 topics of one publisher at once sent 10,000 requests together, the
-publisher answered them slower than their timeout, and every retry added to the pile.
+publisher answered them slower than their timeout, and every retry added to the pile. A probe's
+reply also names the topic's newest seq, which is where a stream joining a running publisher starts
+(`Stream.start_on_probe`): asked on its own, outside the window, those 10,000 questions piled up the
+same way (their answers timed out, and the streams started from seq 1, fetching what no one owed them).
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ class Confirmations:
 
     def __init__(self, rpc: RpcClient, later: Callable[[float, Callable[[], None]], None],
                  alive: Callable[[TopicState, Stream], bool],
-                 flush: Callable[[TopicState], None] = lambda _ts: None) -> None:
-        self.rpc, self.later, self.alive, self.flush = rpc, later, alive, flush
+                 flush: Callable[[TopicState], None] = lambda _ts: None,
+                 ask_start: Callable[[TopicState, Stream], None] = lambda _ts, _st: None) -> None:
+        """`ask_start`: ask a stream's publisher for its newest seq on its own (its probe told none)."""
+        self.rpc, self.later, self.alive, self.flush, self.ask_start = rpc, later, alive, flush, ask_start
         self.waiters: dict[str, Waiter] = {}
         self._deadlines: list[tuple[float, str]] = []  # (deadline, topic) of the waiters: a heap
         self.in_flight: dict[str, int] = {}  # publisher's service endpoint -> probe requests unanswered
@@ -83,7 +88,10 @@ class Confirmations:
     def _release(self, ts: TopicState, st: Stream) -> None:
         if st.probing:
             ts.release_start(st, time.time_ns())
-            self.flush(ts)
+        if st.start_on_probe:  # no probe reply told where it starts: asked on its own
+            st.start_on_probe = False
+            self.ask_start(ts, st)
+        self.flush(ts)
 
     def cancel(self, topic: str) -> None:
         waiter = self.waiters.pop(topic, None)
@@ -140,6 +148,13 @@ class Confirmations:
                 self._unconfirmable(ts, st, reply.err or "no token in the probe reply")
                 return
             st.probe_token = token if st.probe_token is None else min(st.probe_token, token)
+            if st.start_on_probe:  # the first reply's newest seq: what precedes its (lowest) token
+                st.start_on_probe = False
+                last = reply.get("last")
+                if isinstance(last, int) and not isinstance(last, bool) and last >= 0:
+                    ts.on_start(st, {"last": last}, time.time_ns())  # applied once the probe has come
+                else:
+                    self.ask_start(ts, st)
             if st.see_probe(-1):
                 self.seen(ts, st)
                 return

@@ -98,7 +98,8 @@ class IoLoop:
         self._beats = 0
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
-        self.confirmations = Confirmations(self.rpc, self._later, self._alive, self._flush)
+        self.confirmations = Confirmations(self.rpc, self._later, self._alive, self._flush,
+                                           lambda ts, st: self._ask_head(ts, st, ts.on_start))
         self.members = MemberLinks(self.rpc, self.direct, lambda: self.subs["direct"], self._later, heartbeat, self.id)
         self._next_group_tick = 0.0
         self._next_policy_check = 0.0

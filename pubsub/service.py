@@ -3,8 +3,10 @@
 One ROUTER socket, the client's id ("host:port"), polled by the io loop: `last` and `range` serve a
 publication's bounded history (a late joiner's catch-up, a reliable subscriber's repair), and
 `probe` sends a probe on the topic's own frame (pubsub/envelope.py) so that the asking subscriber
-learns its filter is in place here; `acks` carries durable subscribers' committed positions, which
-let the publication drop what they all have (pubsub/history.py). Probes asked for in one pass are
+learns its filter is in place here (its reply names the topic's newest seq, which every message up
+to it precedes on the wire: a subscriber joining a running publisher learns where it joined from
+it); `acks` carries durable subscribers' committed positions, which let the publication drop what
+they all have (pubsub/history.py). Probes asked for in one pass are
 sent together afterwards, one per topic, carrying the token every asker was promised.
 """
 
@@ -168,9 +170,10 @@ class Service:
         refusal = self.publishing.refusal(req["principal"], topic, "history" if req["op"] != "probe" else "probe")
         if refusal is not None:
             raise Refused(refusal)
-        if req["op"] == "probe":
+        if req["op"] == "probe":  # with the topic's newest seq: every message up to it goes out before the probe
+            newest = self.publishing.serve(topic, "last")
             self._probe_topics.add(topic)
-            return {"token": self.publishing.next_probe_token()}
+            return {"token": self.publishing.next_probe_token(), "last": None if newest is None else newest["last"]}
         if req["op"] == "figures":  # the publication's own, for `topic info`: its msg-id window (pubsub/dedup.py)
             with self.publishing.lock:
                 pub = self.publishing.publications.get(topic)

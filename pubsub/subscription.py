@@ -104,6 +104,7 @@ class Stream:
         self.confirmed = False  # a probe proved our subscription is in place at this publisher
         self.probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
         self.pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
+        self.start_on_probe = False  # its newest seq comes with the probe's reply, not asked on its own
 
     @property
     def id(self) -> str:
@@ -199,7 +200,7 @@ class TopicState:
                     st.expected = st.first_owed = max(committed + 1, resume)
                 st.fetching = True
                 if st.expected == 1 and not self._joined and not _repairable(entry):
-                    self.starts.append(st)  # it keeps nothing to repair from: owed from its next seq on
+                    self._start(st)  # it keeps nothing to repair from: owed from its next seq on
                 else:
                     self.fetches.append((st, st.expected, None))
             elif self.history:
@@ -208,7 +209,7 @@ class TopicState:
                 st.history_missing = True
             elif not self._joined:  # it was publishing before we came: we are owed from its next seq on
                 st.catching_up = st.fetching = True
-                self.starts.append(st)
+                self._start(st)
         self._joined = True
         chosen = leader([s.entry for s in self.streams.values()])
         self._leader = None if chosen is None else chosen.id
@@ -219,6 +220,14 @@ class TopicState:
             del self.strangers[pid]  # the record does not know it: a stranger indeed, or one already gone
         self._stranger_count = sum(map(len, self.strangers.values()))
         return new, gone
+
+    def _start(self, st: Stream) -> None:
+        """Where a running publisher stands is asked: with the probe a live new stream gets when it is
+        matched (pubsub/confirm.py: the probe's reply says), or on its own (`starts`)."""
+        if st.entry.endpoint and st.entry.repair:
+            st.start_on_probe = True
+        else:
+            self.starts.append(st)
 
     def forget(self, pid: str) -> Stream | None:
         """A departed publisher's grace is over: nothing more of it is delivered."""

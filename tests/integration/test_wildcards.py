@@ -476,6 +476,20 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
     assert json.loads(out)["received"] == 300
 
 
+def why_missing(client: Client, got: set[str], letters: list) -> str:
+    """What the subscriber knows of the topics whose message did not come (said when the test fails)."""
+    kinds = Counter((d.from_seq, d.to_seq, d.reason) for d in letters).most_common(4)
+    states: list = []
+    missing = sorted(set(list(client.io.topics)) - got)  # (read beside the io loop: a glance, not a contract)
+    for topic in missing[:4]:
+        ts = client.io.topics[topic]
+        states.append({topic: [{k: getattr(st, k) for k in ("expected", "live_high", "fetching", "catching_up",
+                                                             "unretained_to", "tail_beats", "probing", "confirmed")}
+                               | {"buffer": sorted(st.buffer)} for st in ts.streams.values()]
+                       + [f"departed {len(ts.departed)}, strangers {len(ts.strangers)}, unmatched {ts.unmatched}"]})
+    return f"{len(letters)} dead letters {kinds}; {len(missing)} topics followed without one: {states}"
+
+
 def rss_kib() -> int:
     return int(next(line.split()[1] for line in open(f"/proc/{os.getpid()}/status") if line.startswith("VmRSS")))
 
@@ -497,7 +511,8 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
                              *[a for k, f in files.items() for a in (f"--{k}", str(f))]],
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "pub.log", "w"))  # noqa: SIM115
     try:
-        with Client(via, heartbeat=HB) as client:
+        letters: list = []
+        with Client(via, heartbeat=HB, on_dead_letter=letters.append) as client:
             before = rss_kib()
             wait_for(lambda: files["ready"].exists() or proc.poll() is not None, 120,
                      what="the publishers' topics registered")
@@ -506,17 +521,18 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             sub = client.subscribe("mem/*", reliable=True, timeout=120)  # every topic read and followed
             print(f"a pattern subscribed to {n} existing topics in {time.monotonic() - t0:.1f}s")
             files["go"].write_text("1")
-            got = [0]
+            got: set[str] = set()
 
             def all_in() -> bool:
-                while sub.get(timeout=0.01) is not None:
-                    got[0] += 1
-                return got[0] >= n
+                while (m := sub.get(timeout=0.01)) is not None:
+                    got.add(m.topic)
+                return len(got) >= n
 
             try:
                 wait_for(all_in, 60, what=f"one message on each of {n} topics")
             except TimeoutError as exc:
-                raise AssertionError(f"{got[0]} of {n} messages") from exc
+                raise AssertionError(f"{len(got)} of {n} messages; {why_missing(client, got, letters)}") from exc
+            assert not letters, f"{len(letters)} dead letters: the first messages were sent before we came"
             held = rss_kib()
             assert len(sub.pattern.topics) == n and len(client.io.topics) == n
             assert (held - before) / n <= KIB_PER_FOLLOWED_TOPIC, f"{(held - before) / n:.1f} KiB a topic"

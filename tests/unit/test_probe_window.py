@@ -4,7 +4,8 @@ probe together, and the publisher answered slower than their timeout.
 
 To see these fail: make `Confirmations._ask` send whatever the window holds (its `PROBE_WINDOW` check
 never true: every request goes out at once), or queue past `PROBE_QUEUE` (the test's bound of 10
-is then never reached and no subscription hears why it was not confirmed)."""
+is then never reached and no subscription hears why it was not confirmed), or ask a joining
+stream's start on its own although its probe's reply said it (`ask_start` in place of `on_start`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dht.transport import Reply
 from pubsub import confirm
 from pubsub.confirm import PROBE_WINDOW, Confirmations
 from pubsub.directory import PublisherEntry
+from pubsub.envelope import Envelope
 from pubsub.subscription import TopicState
 
 A = PublisherEntry("pub-a", "127.0.0.1:1", "127.0.0.1:2")
@@ -51,3 +53,32 @@ def test_probes_to_one_publisher_go_out_a_window_at_a_time_and_the_queue_behind_
     on_reply(Reply(True, {"token": 1}))
     assert len(rpc.sent) == PROBE_WINDOW + 1 and len(conf.queued[A.repair]) == 9, "an answer lets the next one go"
     assert rpc.sent[-1][2]["topic"] == f"t/{PROBE_WINDOW}", "in the order they were asked"
+
+
+def test_a_stream_joining_a_running_publisher_starts_where_its_probe_reply_says_and_asks_only_without_it():
+    """Joining a publisher that has sent 41 messages: the probe's reply names its newest seq, so no
+    `last` request of its own goes out (10,000 of them, unwindowed, piled up at one publisher and timed
+    out); once the probe has come, 42 on are owed and 41, come late, is not delivered. A reply that
+    names none (an older publisher), or a probe given up on, has the start asked on its own."""
+    rpc, asked = Unanswered(), []
+    conf = Confirmations(rpc, later=lambda _delay, _fn: None, alive=lambda _ts, _st: True,  # type: ignore[arg-type]
+                         ask_start=lambda ts, st: asked.append(ts.topic))
+    states = {}
+    for topic in ("new", "old", "silent"):
+        ts = states[topic] = TopicState(topic, "me")
+        new, _gone = ts.reconcile([A])
+        assert new[0].start_on_probe and not ts.starts, "its start waits for the probe's reply"
+        conf.wait(ts, new, Future(), ts, timeout=30)
+    replies = {topic: on_reply for _e, _op, fields, on_reply in rpc.sent for topic in [fields["topic"]]}
+    replies["new"](Reply(True, {"token": 5, "last": 41}))
+    replies["old"](Reply(True, {"token": 5}))
+    assert asked == ["old"], "asked on its own only when the reply did not say"
+    st = states["new"].streams[A.id]
+    assert st.catching_up, "not started before the probe comes: what the reply counts may still be on its way"
+    st.see_probe(5)  # the probe comes (the io loop's part)
+    conf.seen(states["new"], st)
+    for seq in (41, 42):
+        states["new"].on_message(Envelope("new", A.id, seq, 1, b"x"), 3)
+    assert [(m.seq, m.first_owed) for m in states["new"].deliveries] == [(42, 42)]
+    conf.check(10**9)  # the deadline passes: the probe that never came is given up on
+    assert asked == ["old", "silent"]

@@ -288,8 +288,7 @@ def test_a_late_best_effort_joiner_is_owed_from_the_publishers_next_seq():
         pub.stamp(b"x", i)
     ts = TopicState("t", "me")
     new, _ = ts.reconcile([A])
-    assert ts.starts == new and new[0].catching_up
-    ts.starts.clear()
+    assert new[0].start_on_probe and not ts.starts and new[0].catching_up  # its probe's reply tells
     ts.on_message(env(11), 5)
     assert not ts.deliveries
     ts.on_start(new[0], pub.serve("last", count=0), 6)
@@ -331,15 +330,14 @@ def test_a_reliable_joiner_of_a_running_publisher_without_history_is_owed_from_i
         pub.stamp(b"x", i)
     ts = TopicState("t", "me", reliable=True)
     (st, kept), _ = ts.reconcile([plain, A])
-    assert ts.starts == [st] and ts.fetches == [(kept, 1, None)]
-    ts.starts.clear()
+    assert st.start_on_probe and not ts.starts and ts.fetches == [(kept, 1, None)]
     ts.on_message(env(12, plain), 5)  # live, before the answer (11 was sent before our connection)
     ts.on_start(st, pub.serve("last", count=0), 6)
     assert [(m.seq, m.first_owed) for m in ts.deliveries] == [(12, 12)] and not ts.dead
     assert ts.summary()["expected"] == 1 and ts.lost == 0
     later = PublisherEntry("127.0.0.1:4", "127.0.0.1:4", "127.0.0.1:4")
     (st2,), _ = ts.reconcile([plain, A, later])
-    assert ts.fetches[-1] == (st2, 1, None) and st2 not in ts.starts
+    assert ts.fetches[-1] == (st2, 1, None) and not st2.start_on_probe
 
 
 def test_a_stalled_tail_of_a_publisher_without_history_waits_longer_before_it_is_given_up():
