@@ -136,9 +136,14 @@ def test_a_killed_publisher_leaves_within_its_lease_and_is_dropped(ring, procs, 
         pub.send_signal(signal.SIGKILL)
         pub.wait(timeout=5)
         killed = time.monotonic()
-        wait_for(lambda: not info(via, "mortal")["publishers"], timeout=lease + 10 * PERIOD,
-                 what="the publisher gone from topic info")
-        assert time.monotonic() - killed <= lease + 5 * PERIOD
+        asked = [killed]
+
+        def gone() -> bool:
+            asked[0] = time.monotonic()  # the look itself (a lookup, then the owner's answer) is not the lease's
+            return not info(via, "mortal")["publishers"]  # time: CI run 37 took 2.56 s to see it gone
+
+        wait_for(gone, timeout=lease + 20 * PERIOD, what="the publisher gone from topic info")
+        assert asked[0] - killed <= lease + 5 * PERIOD
         state = client.io.topics["mortal"]
         wait_for(lambda: not state.streams, timeout=2 * heartbeat + 1, what="the subscriber dropping it")
 
@@ -234,8 +239,9 @@ def test_reliable_mode_repairs_every_gap_inside_the_history_and_dead_letters_the
 def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_message(ring, monkeypatch):
     """A reliable subscriber joining a running publisher that keeps no history (no --reliable, no
     --history) is owed from the message after its newest: 1..5, sent before it came, cannot be repaired
-    and are not its dead letters. The publisher, too busy, drops the first ask for its newest seq: the
-    subscriber asks again rather than starting owed from seq 1.
+    and are not its dead letters. The publisher's probe replies do not name its newest seq (as a
+    publisher of an older version's would not), and, too busy, it drops the first ask for it that
+    follows: the subscriber asks again rather than starting owed from seq 1.
 
     To see it fail, ask once (`HEAD_TRIES = 1`): the subscriber dead-letters 1..5."""
     via = ring.nodes[5].endpoint
@@ -255,7 +261,12 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
             if op == "last" and not dropped:
                 dropped.append(frames)
                 return None  # never answered: the asker's timeout runs out
-            return handle_frames(frames, principal)
+            reply = handle_frames(frames, principal)
+            if op == "probe" and reply is not None:
+                body = msgpack.unpackb(reply[-1], raw=False)
+                body.pop("last", None)
+                reply = [*reply[:-1], msgpack.packb(body)]
+            return reply
 
         monkeypatch.setattr(server, "handle_frames", busy_once)
         sub = client.subscribe("plain-running", reliable=True)
