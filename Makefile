@@ -80,7 +80,7 @@ bench-peers: bench-deps
 # Not part of `make test` (it runs each acceptance test five times over); MUTANTS_ARGS="--only groups".
 MUTANTS_ARGS ?=
 mutants: $(STAMP_TEST) system-deps
-	$(PY) -m tests.mutants $(MUTANTS_ARGS)
+	$(PY) -m tests.mutants --jobs 2 $(MUTANTS_ARGS)
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """`make mutants`: every mutant docs/testing.md lists must make its test fail, 5 runs out of 5.
 
-    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--keep]
+    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--jobs N]
 
 docs/testing.md lists the mutants in one YAML block (after the line "```yaml mutants"): for each, the
 test to run (pytest node ids, space-separated), the file to change, the text to replace (it must
@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,45 +109,72 @@ def run_test(tree: Path, venv: Path, m: Mutant, timeout: float) -> tuple[bool, f
     return failed, time.monotonic() - t0
 
 
+def judge(tree: Path, venv: Path, m: Mutant, runs: int, timeout: float) -> tuple[str, float]:
+    """Apply `m` in `tree`, run its test up to `runs` times, restore the file: (verdict, seconds)."""
+    try:
+        before = apply(tree, m)
+    except LookupError as exc:
+        return f"STALE    {exc}", 0.0
+    try:
+        times = []
+        for _ in range(runs):
+            failed, seconds = run_test(tree, venv, m, timeout)
+            times.append(seconds)
+            if not failed:
+                break
+        caught = failed and len(times) == runs
+    finally:
+        (tree / m.file).write_text(before)
+    return ("caught" if caught else f"MISSED (passed on run {len(times)})"), sum(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="Runs of each mutant's test; every one must fail.")
     ap.add_argument("--only", help="Only the mutants whose test, file or text contains this.")
     ap.add_argument("--list", action="store_true", help="List the mutants and exit.")
     ap.add_argument("--timeout", type=float, default=600.0, help="Seconds a run may take (then it counts as failed).")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="Mutants judged at once, each in a scratch copy of its own (most tests wait on "
+                         "processes and sockets more than they compute: 2-3 suit two cores).")
     args = ap.parse_args()
+    if args.jobs < 1 or args.runs < 1:
+        ap.error("--jobs and --runs must be at least 1")
     mutants = [m for m in listed() if not args.only or args.only in f"{m.test} {m.file} {m.replace} {m.with_}"]
     if args.list:
         for m in mutants:
             print(f"{m.test}\n    {m.name}\n    says: {m.says}")
         return
-    missed = 0
-    with tempfile.TemporaryDirectory(prefix="chordpub-mutants-") as tmp:
-        tree = scratch_copy(Path(tmp))
+    todo: queue.Queue[tuple[int, Mutant]] = queue.Queue()
+    for item in enumerate(mutants, 1):
+        todo.put(item)
+    missed: list[str] = []
+    lock = threading.Lock()
+
+    def worker(into: Path) -> None:
+        into.mkdir()
+        tree = scratch_copy(into)
         venv = scratch_venv(tree)
         subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "dht", "pubsub", "chordpub"],
                        cwd=tree, capture_output=True)
-        for i, m in enumerate(mutants, 1):
+        while True:
             try:
-                before = apply(tree, m)
-            except LookupError as exc:
-                print(f"[{i}/{len(mutants)}] STALE  {m.name}: {exc}", flush=True)
-                missed += 1
-                continue
-            try:
-                times = []
-                for _ in range(args.runs):
-                    failed, seconds = run_test(tree, venv, m, args.timeout)
-                    times.append(seconds)
-                    if not failed:
-                        break
-                caught = failed and len(times) == args.runs
-            finally:
-                (tree / m.file).write_text(before)
-            verdict = "caught" if caught else f"MISSED (passed on run {len(times)})"
-            print(f"[{i}/{len(mutants)}] {verdict:8} {m.name}  [{m.test}]  {sum(times):.0f} s", flush=True)
-            missed += not caught
-    print(f"{len(mutants) - missed} of {len(mutants)} mutants caught in {args.runs} of {args.runs} runs")
+                i, m = todo.get_nowait()
+            except queue.Empty:
+                return
+            verdict, seconds = judge(tree, venv, m, args.runs, args.timeout)
+            with lock:
+                if verdict != "caught":
+                    missed.append(m.name)
+                print(f"[{i}/{len(mutants)}] {verdict:8} {m.name}  [{m.test}]  {seconds:.0f} s", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="chordpub-mutants-") as tmp:
+        threads = [threading.Thread(target=worker, args=(Path(tmp) / f"job{j}",)) for j in range(args.jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    print(f"{len(mutants) - len(missed)} of {len(mutants)} mutants caught in {args.runs} of {args.runs} runs")
     sys.exit(1 if missed else 0)
 
 
