@@ -1,6 +1,6 @@
 """`make mutants`: every mutant docs/testing.md lists must make its test fail, 5 runs out of 5.
 
-    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--jobs N]
+    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--jobs N] [--start N]
 
 docs/testing.md lists the mutants in one YAML block (after the line "```yaml mutants"): for each, the
 test to run (pytest node ids, space-separated), the file to change, the text to replace (it must
@@ -134,19 +134,20 @@ def main() -> None:
     ap.add_argument("--only", help="Only the mutants whose test, file or text contains this.")
     ap.add_argument("--list", action="store_true", help="List the mutants and exit.")
     ap.add_argument("--timeout", type=float, default=600.0, help="Seconds a run may take (then it counts as failed).")
+    ap.add_argument("--start", type=int, default=1, help="Begin at the Nth mutant of the list (resuming a run).")
     ap.add_argument("--jobs", type=int, default=1,
                     help="Mutants judged at once, each in a scratch copy of its own (most tests wait on "
                          "processes and sockets more than they compute: 2-3 suit two cores).")
     args = ap.parse_args()
-    if args.jobs < 1 or args.runs < 1:
-        ap.error("--jobs and --runs must be at least 1")
+    if min(args.jobs, args.runs, args.start) < 1:
+        ap.error("--jobs, --runs and --start must be at least 1")
     mutants = [m for m in listed() if not args.only or args.only in f"{m.test} {m.file} {m.replace} {m.with_}"]
     if args.list:
         for m in mutants:
             print(f"{m.test}\n    {m.name}\n    says: {m.says}")
         return
     todo: queue.Queue[tuple[int, Mutant]] = queue.Queue()
-    for item in enumerate(mutants, 1):
+    for item in list(enumerate(mutants, 1))[args.start - 1:]:
         todo.put(item)
     missed: list[str] = []
     lock = threading.Lock()
@@ -174,7 +175,8 @@ def main() -> None:
             t.start()
         for t in threads:
             t.join()
-    print(f"{len(mutants) - len(missed)} of {len(mutants)} mutants caught in {args.runs} of {args.runs} runs")
+    judged = len(mutants) - args.start + 1
+    print(f"{judged - len(missed)} of {judged} mutants caught in {args.runs} of {args.runs} runs")
     sys.exit(1 if missed else 0)
 
 
