@@ -24,6 +24,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
+from pubsub import io_loop
 from pubsub.coalescing import COALESCE_MAX
 from pubsub.io_loop import BATCH
 from tests.conftest import jsonl, start_module_ring
@@ -178,7 +179,7 @@ def test_a_topic_whose_announcement_lapses_and_comes_back_delivers_nothing_twice
     assert [m.seq for m in got] == list(range(1, 12)), "each message once, in order"
 
 
-def test_a_reliable_pattern_sharing_a_topic_holds_back_the_intake_when_its_application_lags(ring):
+def test_a_reliable_pattern_sharing_a_topic_holds_back_the_intake_when_its_application_lags(ring, monkeypatch):
     """A topic two subscriptions of one client want is received once and handed to both. When the
     second (here a pattern, `pending_limit=100`) is not read, the client stops taking messages in, as
     it does for the first: what waits for its application stays bounded, and nothing is lost.
@@ -186,6 +187,8 @@ def test_a_reliable_pattern_sharing_a_topic_holds_back_the_intake_when_its_appli
     To see it fail, leave the shared subscriptions out of the back-pressure check
     (`_update_reading` counting `handles` only), or check the tails of streams stalled by the
     back-pressure itself (they fetch what the intake held back): the queue grows to every message."""
+    monkeypatch.setattr(io_loop, "UNREAD_DEFER_S", 0.0)  # the tails wait for unread messages 20 s at most:
+    # here only the back-pressure's own gate keeps them waiting (the test watches 1.8 s)
     via = ring.nodes[0].endpoint
     n, limit = 10_000, 100
     bound = limit + BATCH + COALESCE_MAX  # the intake stops between reads of a batch (of runs)
