@@ -163,7 +163,12 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
             pub_procs.append(subprocess.Popen(
                 [*CHILD, "pub", system, url, "--topic", topic, "--topics", str(topics), "--count", str(count),
                  "--paced", str(paced), "--warm-files", warm_files, "--out", str(tmp / f"pub{i}.json"),
+                 *(["--ready-file", str(tmp / f"pub-ready{i}"), "--go", str(tmp / "go")] if pubs > 1 else []),
                  "--stop", str(stop), "--data", str(tmp / f"pub-data{i}"), *pattern], start_new_session=True))
+        if pubs > 1:  # the publishers flood together, once all are warm (their start-ups spread over 0.3 s,
+            wait_for(lambda: all((tmp / f"pub-ready{i}").exists() for i in range(pubs)), 300,  # about the
+                     what=f"{system} {workload}: publishers warm")  # time 16 of them take to send 50,000)
+            (tmp / "go").write_text("1")
         for p in sub_procs:
             p.wait(args.limit + 60)
     finally:
@@ -184,6 +189,7 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
         row["seconds"] = (max(lasts) - min(starts)) / 1e9 if lasts and starts else None
     elif lasts and starts:  # from the flood's first send to its last arrival: what a system buffers or
         row["msg_per_s"] = flood / ((max(lasts) - min(starts)) / 1e9)  # batches before sending is counted
+        row["start_spread_s"] = (max(starts) - min(starts)) / 1e9  # between the publishers' first sends
     if latencies:
         row.update(p50_ms=float(np.percentile(latencies, 50)), p99_ms=float(np.percentile(latencies, 99)),
                    paced_delivered=len(latencies), paced_sent=paced * pubs * subs)

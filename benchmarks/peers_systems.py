@@ -348,6 +348,10 @@ def publish(args: argparse.Namespace) -> None:
     for i in range(args.paced):
         sender.one(args.topic_names[0], b"p")
         time.sleep(max(t0 + (i + 1) / args.rate - time.perf_counter(), 0))  # pacing, not synchronization
+    if args.go:  # every publisher floods at once: the figure is the flood's, not the publishers' start-up
+        Path(args.ready_file).write_text("1")
+        while not Path(args.go).exists():
+            time.sleep(0.001)  # polling the harness's file
     start_ns = time.time_ns()
     sender.flood(args.topic_names, args.count)
     if args.out:
@@ -372,6 +376,8 @@ def main() -> None:
     ap.add_argument("--ready", default="", help="subscriber: a file written once subscribed")
     ap.add_argument("--warm", default="", help="subscriber: a file written once a warm-up message arrived")
     ap.add_argument("--warm-files", default="", help="publisher: the subscribers' --warm files, comma-separated")
+    ap.add_argument("--ready-file", default="", help="publisher: a file written once warm, before --go")
+    ap.add_argument("--go", default="", help="publisher: flood once this file exists (with --ready-file)")
     ap.add_argument("--out", default="")
     ap.add_argument("--stop", default="")
     ap.add_argument("--data", default="", help="chordpub-durable, chordpub-exactly-once: the data directory")
