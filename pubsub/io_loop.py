@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import zmq
 
@@ -483,32 +484,66 @@ class IoLoop:
     def set_publishers(self, topic: str, publishers: list[PublisherEntry]) -> None:
         ts = self.topics.get(topic)
         if ts is not None:
-            if self._reconcile(ts, publishers) and self.handles[topic].positions is not None:
+            if self._reconcile(ts, publishers, met_later=True) and self.handles[topic].positions is not None:
                 self._send_acks(refresh=False)
             self._flush(ts)
 
-    def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry]) -> list[Stream]:
+    def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry], met_later: bool = False) -> list[Stream]:
+        """`met_later`: publishers the record named after the subscription was made. A durable
+        subscription connects to one of those only once the publisher has answered our position: its
+        first messages wait for our filter (pubsub/advertising.py), so they are retained for us too
+        (connected at once, its first messages could go out before our acknowledgement reached it,
+        and a restart before we committed them found them gone: CI run 39)."""
         new, gone = ts.reconcile(publishers)
         for st in gone:  # its last messages may still be on their way, and a registration that expired
             # at a busy owner comes back: a lease's grace before we disconnect
             self._later(LEASE_HEARTBEATS * self.heartbeat, lambda st=st: self._forget(ts, st))
         moved, ts.moved = ts.moved, []
         if ts.mode == "direct":
+            handle = self.handles.get(ts.topic)
+            positions = handle.positions.of(ts.topic) if met_later and handle and handle.positions else None
             for st in new:
-                self.direct.ref(st.entry.endpoint)
-            for st, old in moved:
-                self.direct.ref(st.entry.endpoint)
-                self.direct.unref(old)
+                if positions is not None and st.entry.repair and st.entry.endpoint and not positions.knows(st.id):
+                    self._acknowledge_then_link(ts, st, positions)
+                else:
+                    self._link(st, st.entry.endpoint)
+            for st, _old in moved:
+                if st.linked is not None:  # (one not linked yet is linked where its entry says, once answered)
+                    old_link = st.linked
+                    self._link(st, st.entry.endpoint)
+                    self.direct.unref(old_link)
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
+
+    def _link(self, st: Stream, endpoint: str) -> None:
+        self.direct.ref(endpoint)
+        st.linked = endpoint
+
+    def _unlink(self, st: Stream) -> None:
+        if st.linked is not None:
+            self.direct.unref(st.linked)
+            st.linked = None
+
+    def _acknowledge_then_link(self, ts: TopicState, st: Stream, positions: Any) -> None:
+        """Tell the publisher our position, and connect to it once it has answered (or not, in time)."""
+        position = positions.snapshot().get(st.id, 0)
+        self._acked[(ts.topic, st.id)] = position
+
+        def answered(_reply: Reply) -> None:
+            if st.linked is None and (ts.streams.get(st.id) is st or ts.departed.get(st.id) is st) \
+                    and self.topics.get(ts.topic) is ts:
+                self._link(st, st.entry.endpoint)
+
+        self.rpc.send(st.entry.repair, "acks", on_reply=answered, timeout=FETCH_TIMEOUT,
+                      items=[[ts.topic, f"{self.id}/{positions.name}", position]])
 
     def _forget(self, ts: TopicState, st: Stream) -> None:
         if self.topics.get(ts.topic) is ts and ts.departed.get(st.id) is st:
             ts.forget(st.id)
             self._acked.pop((ts.topic, st.id), None)
             if ts.mode == "direct":
-                self.direct.unref(st.entry.endpoint)
+                self._unlink(st)
 
     def set_relay(self, topic: str, endpoint: str | None) -> None:
         """Point the relay SUB at `endpoint` for `topic` (the relay of its owner; None: none known).
@@ -572,7 +607,7 @@ class IoLoop:
         self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):
-                self.direct.unref(st.entry.endpoint)
+                self._unlink(st)
         else:
             self.set_relay(topic, None)
         self.confirmations.cancel(topic)

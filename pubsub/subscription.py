@@ -105,6 +105,7 @@ class Stream:
         self.probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
         self.pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
         self.start_on_probe = False  # its newest seq comes with the probe's reply, not asked on its own
+        self.linked: str | None = None  # the PUB endpoint our direct SUB socket holds for it (the io loop's)
 
     @property
     def id(self) -> str:
