@@ -475,7 +475,8 @@ class IoLoop:
         self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
         if ts.mode == "relay":
             self.set_relay(topic, relay)
-        new = self._reconcile(ts, publishers)
+        new = self._reconcile(ts, publishers, met_later=handle.pattern is not None)  # a pattern's topics are
+        # met as they are announced, new ones among them
         if handle.positions is not None:  # a durable subscriber tells its publishers at once (before the
             self._send_acks(refresh=False)  # probes): they retain for it from the first message on
         self._flush(ts)
@@ -489,7 +490,8 @@ class IoLoop:
             self._flush(ts)
 
     def _reconcile(self, ts: TopicState, publishers: list[PublisherEntry], met_later: bool = False) -> list[Stream]:
-        """`met_later`: publishers the record named after the subscription was made. A durable
+        """`met_later`: publishers the record named after the subscription was made (a pattern's topics
+        are all taken so: one announced while it runs is new, and its first messages wait for us). A durable
         subscription connects to one of those only once the publisher has answered our position: its
         first messages wait for our filter (pubsub/advertising.py), so they are retained for us too
         (connected at once, its first messages could go out before our acknowledgement reached it,

@@ -249,18 +249,22 @@ def test_the_cli_refuses_another_subscribers_data_dir_in_one_line(ring, tmp_path
     assert (tmp_path / "bad" / FILE).read_bytes() == b"\x00garbage" * 64
 
 
+@pytest.mark.parametrize(("subscribed", "topic"), [("late-ledger", "late-ledger"), ("late/*", "late/ledger")],
+                         ids=["exact", "pattern"])
 def test_a_publisher_met_later_keeps_its_first_messages_for_a_durable_subscriber(ring, tmp_path: Path,
-                                                                                  monkeypatch):
+                                                                                  monkeypatch, subscribed, topic):
     """A durable subscriber that meets a new publisher tells it its position before it connects: the
     publisher's first messages wait for the subscriber's filter (pubsub/advertising.py), so they go out
     only once the publisher keeps them for it. Here the publisher holds the acknowledgement back for a
     second: nothing comes meanwhile, and what comes after is kept (a restart could fetch it again).
 
+    The same holds for a durable pattern's topic announced while it runs.
+
     To see it fail, connect to such a publisher at once (`_reconcile` without `met_later`): the first
     messages come before the acknowledgement is taken, and the publisher keeps none of them."""
     via = ring.nodes[1].endpoint
     with Client(via, heartbeat=HB, data_dir=tmp_path / "sub") as sub_client, Client(via, heartbeat=HB) as pub:
-        sub = sub_client.subscribe("late-ledger", durable="books")
+        sub = sub_client.subscribe(subscribed, durable="books")
         server, held = pub.io.service.server, []
         handle_frames = server.handle_frames
 
@@ -273,11 +277,11 @@ def test_a_publisher_met_later_keeps_its_first_messages_for_a_durable_subscriber
 
         monkeypatch.setattr(server, "handle_frames", hold_acks)
         for i in range(3):
-            pub.publish("late-ledger", f"entry {i + 1}")
+            pub.publish(topic, f"entry {i + 1}")
         wait_for(lambda: held, 20, what="the subscriber's position at the new publisher")
         assert sub.get(timeout=1.0) is None, "nothing comes before the publisher has our position"
         pub.io.publishing.ack([tuple(item) for item in held[0]])  # taken, late
         got = [sub.get(timeout=20) for _ in range(3)]
         assert [m.text for m in got if m is not None] == ["entry 1", "entry 2", "entry 3"]
-        kept = pub.io.publishing.serve("late-ledger", "range", lo=1)
+        kept = pub.io.publishing.serve(topic, "range", lo=1)
         assert [m.seq for m in map(Envelope.decode, kept["messages"])] == [1, 2, 3], "kept for the subscriber"
