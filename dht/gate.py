@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 ENVELOPE = b"\x96\x01"  # a published message (pubsub/envelope.py): the topic follows
 DISPATCH = b"\x9a\x02"  # a consumer group's message: "topic NUL group NUL member" follows
+PATTERN = b"\x93\x03"  # a pattern's frames (pubsub/envelope.py): never applied under a policy, which
+# judges one topic at a time (the publisher's record entry says so, and its pattern subscribers
+# subscribe each topic instead)
 EVENTS = b"\x92"  # a record's change (dht/records.py): "key NUL namespace" follows
 DENIALS_SAID_EVERY = 60.0
 
@@ -93,6 +96,8 @@ class Gate:
             if msg[:1] not in (b"\x00", b"\x01"):
                 continue
             on, prefix = msg[:1] == b"\x01", msg[1:]
+            if on and prefix.startswith(PATTERN):
+                continue
             if on:
                 topic = filter_topic(prefix)
                 principal = principal_of(frame)

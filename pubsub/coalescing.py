@@ -8,6 +8,10 @@ and is woken when one starts). A message published after a pause goes out at onc
 publisher's latency is unchanged, and a flood costs one send and one decode per run rather than
 per message: the per-message cost that bounded throughput on both sides.
 
+A direct topic's frame goes out once more for each pattern subscribed at the socket that matches the
+topic (`pubsub.envelope.wrap_for_pattern`): the patterns come from the subscribers' filters
+(pubsub/filters.py), matched once per topic and again only when a pattern comes or goes.
+
 Everything here runs under the publishing side's lock, except `paused`, the io loop's unlocked look.
 """
 
@@ -17,7 +21,8 @@ from collections.abc import Callable
 
 import msgpack
 
-from pubsub.envelope import Envelope, encode_run
+from pubsub.envelope import Envelope, encode_run, wrap_for_pattern
+from pubsub.filters import Filters
 from pubsub.publication import Publication
 
 COALESCE_GAP_NS = 100_000
@@ -27,9 +32,11 @@ COALESCE_BYTES = 4 * 1024
 
 
 class Coalescer:
-    def __init__(self, socket_of: Callable[[Publication], object], packer: msgpack.Packer) -> None:
+    def __init__(self, socket_of: Callable[[Publication], object], packer: msgpack.Packer,
+                 filters: Filters | None = None) -> None:
         self._socket_of = socket_of  # the socket a publication's frames go out on (None: closing)
         self._packer = packer
+        self.filters = filters  # the direct socket's, for its pattern subscribers
         self.waiting: dict[str, Publication] = {}  # publications with a run that has not filled
         self.wake: Callable[[], None] = lambda: None  # the io loop's, to send a run when the publisher stops
         self.watched = False  # the io loop looks at `waiting` every millisecond: no need to wake it
@@ -41,7 +48,10 @@ class Coalescer:
         if not pending and since >= COALESCE_GAP_NS:
             sock = self._socket_of(pub)
             if sock is not None:
-                sock.send(env.encode(self._packer))  # type: ignore[attr-defined]
+                frame = env.encode(self._packer)
+                sock.send(frame)  # type: ignore[attr-defined]
+                if self.filters is not None and self.filters.patterns:
+                    self.to_patterns(pub, frame, sock)
             return
         pending.append(env)
         pub.pending_bytes += len(env.payload)
@@ -59,7 +69,61 @@ class Coalescer:
         self.waiting.pop(pub.topic, None)
         sock = self._socket_of(pub)
         if run and sock is not None:
-            sock.send(encode_run(run, self._packer))  # type: ignore[attr-defined]
+            frame = encode_run(run, self._packer)
+            sock.send(frame)  # type: ignore[attr-defined]
+            if self.filters is not None and self.filters.patterns:
+                self.to_patterns(pub, frame, sock)
+
+    def early(self, pub: Publication, env: Envelope) -> None:
+        """A message held while its topic registers (pubsub/advertising.py) goes to the patterns already
+        subscribed that match it now: they listen, and need no registration of the topic to take it."""
+        sock = self._socket_of(pub)
+        if sock is None or self.filters is None or not self.filters.patterns:
+            return
+        self.to_patterns(pub, env.encode(self._packer), sock)
+        if pub.pattern_heads:
+            pub.early_seq, pub.early_heads = env.seq, pub.early_heads | frozenset(pub.pattern_heads)
+
+    def early_all(self, pub: Publication, held: list[Envelope], heads: frozenset) -> None:
+        """Every message `pub` holds, to the patterns `heads` (subscribed since they were held)."""
+        sock = self._socket_of(pub)
+        if sock is None:
+            return
+        for env in held:
+            frame = env.encode(self._packer)
+            for head in heads:
+                sock.send(wrap_for_pattern(head, frame))  # type: ignore[attr-defined]
+        pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads
+
+    def send_released(self, pub: Publication, env: Envelope, now: int) -> None:
+        """A held message, released: to everyone, but the patterns it went to early."""
+        if env.seq > pub.early_seq:
+            self.send(pub, env, now)
+            return
+        sock = self._socket_of(pub)
+        if sock is None:
+            return
+        self.send_run(pub)
+        frame = env.encode(self._packer)
+        sock.send(frame)  # type: ignore[attr-defined]
+        if self.filters is not None and self.filters.patterns:
+            self.to_patterns(pub, frame, sock, skip=pub.early_heads)
+
+    def match(self, pub: Publication) -> None:
+        """`pub.pattern_heads`: the patterns subscribed now that match its topic."""
+        filters = self.filters
+        if filters is not None and pub.pattern_version != filters.version:
+            pub.pattern_heads = filters.pattern_heads(pub.topic) if pub.mode == "direct" else []
+            pub.pattern_version = filters.version
+
+    def to_patterns(self, pub: Publication, frame: bytes, sock: object,
+                    skip: frozenset = frozenset()) -> None:
+        """Send `frame` of `pub` to the subscribers of each pattern that matches its topic."""
+        if pub.pattern_version != self.filters.version:  # type: ignore[union-attr]
+            self.match(pub)
+        for head in pub.pattern_heads:
+            if head not in skip:
+                sock.send(wrap_for_pattern(head, frame))  # type: ignore[attr-defined]
 
     def send_all(self) -> None:
         for pub in list(self.waiting.values()):

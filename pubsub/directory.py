@@ -42,12 +42,14 @@ class PublisherEntry:
     mode: str = "direct"
     retain: dict | None = None  # its retention bounds (messages, seconds, bytes)
     archive: bool = False  # the topic's owner keeps a copy of its messages
+    patterns: bool = False  # it sends pattern subscribers their frames (pubsub/envelope.py): no policy gates it
 
     def to_bytes(self) -> bytes:
         # the fields by name, not `asdict` (its recursive copy was 60% of a first publish's cost)
         return msgpack.packb({"id": self.id, "endpoint": self.endpoint, "repair": self.repair,
                               "strength": self.strength, "history": self.history, "mode": self.mode,
-                              "retain": self.retain, "archive": self.archive}, use_bin_type=True)
+                              "retain": self.retain, "archive": self.archive, "patterns": self.patterns},
+                             use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> PublisherEntry:
@@ -56,7 +58,7 @@ class PublisherEntry:
             retain = d.get("retain")
             entry = cls(str(d["id"]), d["endpoint"], d["repair"], d.get("strength"), int(d.get("history", 0)),
                         d.get("mode", "direct"), dict(retain) if retain is not None else None,
-                        bool(d.get("archive", False)))
+                        bool(d.get("archive", False)), d.get("patterns") is True)
             wire.plain_endpoint(entry.endpoint)
             wire.plain_endpoint(entry.repair)
         except Exception as exc:  # wrong shape, missing key, bad endpoint (WireError)

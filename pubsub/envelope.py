@@ -23,6 +23,13 @@ messages of one topic into one frame, [1, topic, publisher, first seq, [sent_ns.
 it, and one frame and one decode carry up to 64 messages, which is where a subscriber's time per
 message went. History and repair replies keep one envelope per message.
 
+A message for the subscribers of a *pattern* (`sensors/*/temp`) is a *pattern frame*: a msgpack array
+[3, pattern, frame] that wraps the plain frame (envelope or run) of a topic the pattern matches. A
+pattern subscriber's SUB socket selects the frames of each of its patterns with the prefix
+`pattern_filter(pattern)`, at every publisher it is connected to; the publisher matches its topics
+against the patterns whose filters it holds (pubsub/filters.py) and sends each matching pattern its
+copy, so a message on a topic the subscriber has not heard of yet reaches it with no round trip.
+
 A *probe* is an envelope with seq 0 and an 8-byte token as payload. A publisher sends one on its
 PUB socket when a subscriber asks (pubsub/io_loop.py); since it travels on the topic's own frame,
 its arrival proves that the subscriber's filter is in place at that publisher (ZeroMQ propagates
@@ -50,6 +57,8 @@ _DISPATCH_HEADER = b"\x9a\x02"  # an array of 10, then the kind
 DISPATCH_PREFIX = _DISPATCH_HEADER
 DEFAULT_PRIORITY = 4
 MAX_KEY_CHARS = 256
+PATTERN_KIND = 3
+PATTERN_PREFIX = b"\x93\x03"  # an array of 3, then the kind: [3, pattern, plain frame]
 MAX_RUN = 1024  # messages a coalesced frame may carry (a publisher sends at most 64)
 
 
@@ -209,3 +218,44 @@ def decode_dispatch(raw: bytes) -> Dispatched:
 def topic_filter(topic: str) -> bytes:
     """The SUB prefix that selects `topic`'s messages, and nothing else."""
     return _HEADER + msgpack.packb(topic)
+
+
+def pattern_filter(pattern: str) -> bytes:
+    """The SUB prefix that selects the pattern frames of `pattern` (and of no other pattern: msgpack
+    writes the string's length first)."""
+    return PATTERN_PREFIX + msgpack.packb(pattern)
+
+
+def parse_pattern_filter(raw: bytes) -> str | None:
+    """The pattern a subscription to pattern frames names (what a pattern subscriber's SUB sent up to our
+    PUB socket), or None for any other filter."""
+    if not raw.startswith(PATTERN_PREFIX):
+        return None
+    try:
+        pattern = msgpack.unpackb(raw[len(PATTERN_PREFIX):], raw=False)
+    except Exception:  # noqa: BLE001 - not exactly one string: not a pattern's filter
+        return None
+    return pattern if isinstance(pattern, str) and pattern else None
+
+
+def wrap_for_pattern(head: bytes, frame: bytes) -> bytes:
+    """The pattern frame carrying `frame` to the subscribers of one pattern (`head`: its `pattern_filter`)."""
+    n = len(frame)
+    if n < 0x100:
+        size = b"\xc4" + n.to_bytes(1, "big")
+    elif n < 0x10000:
+        size = b"\xc5" + n.to_bytes(2, "big")
+    else:
+        size = b"\xc6" + n.to_bytes(4, "big")
+    return head + size + frame
+
+
+def unwrap_pattern(raw: bytes) -> tuple[str, bytes]:
+    """(pattern, the plain frame) of a pattern frame; EnvelopeError when it is not one."""
+    try:
+        kind, pattern, frame = msgpack.unpackb(raw, raw=False)
+    except Exception as exc:
+        raise EnvelopeError(f"not a pattern frame: {type(exc).__name__}") from None
+    if not (kind == PATTERN_KIND and type(kind) is int and type(pattern) is str and type(frame) is bytes):
+        raise EnvelopeError("pattern frame fields have the wrong types")
+    return pattern, frame

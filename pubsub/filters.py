@@ -5,7 +5,10 @@ cancellation, its connection's end included (b"\\x00" + prefix). Counting them p
 says how many subscribers of a topic a socket would reach now (`held`): what `advertise` and a first
 publish wait for, so that a subscriber listening first misses no message. A consumer group member's
 own dispatch filter is its group's business (pubsub/groups.py), handed to `groups_filter`, which says
-whether it took it. Pure: the caller reads the sockets, under its lock.
+whether it took it. A pattern subscriber's filter (`pubsub.envelope.pattern_filter`) is kept as its
+pattern, in a trie (dht/subjects.py), so that each topic published finds the patterns it must be sent
+to (`pattern_heads`) and `held` counts those subscribers too. Pure: the caller reads the sockets,
+under its lock.
 """
 
 from __future__ import annotations
@@ -13,11 +16,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from dht.subjects import PatternTrie
+from pubsub.envelope import PATTERN_PREFIX, parse_pattern_filter, pattern_filter
+
 
 class Filters:
     def __init__(self, groups_filter: Callable[[bytes, bool], bool]) -> None:
         self._counts: Counter[tuple[str, bytes]] = Counter()  # (socket name, prefix) -> subscribers' filters
         self._groups_filter = groups_filter
+        self.patterns: Counter[str] = Counter()  # pattern -> subscribers' filters for it (direct socket)
+        self._trie = PatternTrie()
+        self._heads: dict[str, bytes] = {}  # pattern -> its filter, the head of its frames
+        self.version = 0  # moves whenever a pattern comes or goes: publications match their topic again
 
     def message(self, socket: str, msg: bytes) -> None:
         """One message the XPUB socket named `socket` brought up (anything but a filter is ignored)."""
@@ -28,6 +38,9 @@ class Filters:
         """A subscriber's filter `prefix` arrived (`on`) or went."""
         if socket == "direct" and self._groups_filter(prefix, on):
             return
+        if socket == "direct" and prefix.startswith(PATTERN_PREFIX):
+            self._pattern(prefix, on)
+            return
         key = (socket, prefix)
         if on:
             self._counts[key] += 1
@@ -36,9 +49,44 @@ class Filters:
         else:
             self._counts[key] -= 1
 
-    def held(self, socket: str, prefix: bytes) -> int:
-        return self._counts.get((socket, prefix), 0)
+    def _pattern(self, prefix: bytes, on: bool) -> None:
+        pattern = parse_pattern_filter(prefix)
+        if pattern is None:
+            return
+        try:
+            if on and not self.patterns[pattern]:
+                self._trie.add(pattern, pattern)
+                self._heads[pattern] = pattern_filter(pattern)
+                self.version += 1
+        except ValueError:  # not a pattern of the grammar: nothing of ours can match it
+            self.patterns.pop(pattern, None)
+            return
+        if on:
+            self.patterns[pattern] += 1
+        elif self.patterns[pattern] <= 1:
+            self.patterns.pop(pattern, None)
+            if pattern in self._heads:
+                self._trie.remove(pattern, pattern)
+                del self._heads[pattern]
+                self.version += 1
+        else:
+            self.patterns[pattern] -= 1
+
+    def pattern_heads(self, topic: str) -> list[bytes]:
+        """The heads of the pattern frames `topic`'s messages go out in: one per pattern held that matches it."""
+        return [self._heads[p] for p in self._trie.match(topic)] if self._heads else []
+
+    def held(self, socket: str, prefix: bytes, topic: str | None = None) -> int:
+        """Subscribers' filters for exactly `prefix`, and (`topic`, direct socket) for the patterns matching it."""
+        n = self._counts.get((socket, prefix), 0)
+        if topic is not None and socket == "direct" and self._heads:
+            n += sum(self.patterns[p] for p in self._trie.match(topic))
+        return n
 
     def forget(self, socket: str) -> None:
         """The socket was closed and bound again: every peer subscribes again from scratch."""
         self._counts = Counter({k: v for k, v in self._counts.items() if k[0] != socket})
+        if socket == "direct" and self._heads:
+            self.patterns.clear()
+            self._trie, self._heads = PatternTrie(), {}
+            self.version += 1

@@ -39,12 +39,22 @@ from dht.transport import Reply, RpcClient, SocketSetup
 from pubsub.confirm import Confirmations
 from pubsub.delivery import Subscription
 from pubsub.directory import LEASE_HEARTBEATS, PublisherEntry
-from pubsub.envelope import DISPATCH_PREFIX, EnvelopeError, Run, decode_frame, topic_filter
+from pubsub.envelope import (
+    DISPATCH_PREFIX,
+    PATTERN_PREFIX,
+    EnvelopeError,
+    Run,
+    decode_frame,
+    pattern_filter,
+    topic_filter,
+    unwrap_pattern,
+)
 from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
 from pubsub.member import GroupMembership
 from pubsub.member_links import MemberLinks
 from pubsub.message import DeadLetter, Message
+from pubsub.pattern_intake import PROVISIONAL_BEATS, PatternIntake, PatternTaker
 from pubsub.publishing import PublishingSide
 from pubsub.service import MAX_ACKS, MAX_HEADS, Service
 from pubsub.subscription import RESUME_TOPICS, Stream, TopicState
@@ -92,6 +102,7 @@ class IoLoop:
         self._tails_deferred_since: float | None = None  # the tail checks wait for our unread messages since
         self._held_back = False  # a reliable subscription's application lags: nothing is taken in
         self._resume_at: dict[str, dict[str, int]] = {}  # topics patterns stopped following -> positions
+        self.intake = PatternIntake()  # the patterns taken by their own frames
         self.direct = Connections(lambda: self.subs.get("direct"))  # to each matched publisher's PUB
         self.relays = Pointers(Connections(lambda: self.subs.get("relay")))  # topic -> its owner's relay
         self._lost_told: dict[str, int] = {}  # best-effort losses already reported, by topic
@@ -241,7 +252,8 @@ class IoLoop:
                 if state is not None:
                     groups.add(state)
                 continue
-            ts = on_frame(frame, mode, now())
+            ts = self.on_pattern_frame(frame, now()) if frame.startswith(PATTERN_PREFIX) else on_frame(
+                frame, mode, now())
             if ts is not None:
                 touched.add(ts)
                 if len(ts.deliveries) >= BATCH:  # a frame may carry a run of messages: count those
@@ -260,8 +272,53 @@ class IoLoop:
             self.reject_log(str(exc))
             return None
         ts = self.topics.get(env.topic)
-        if ts is None or ts.mode != mode:
-            return None  # a prefix match on a topic we do not follow (or no longer)
+        if ts is None or ts.mode != mode or not ts.exact:
+            return None  # a prefix match on a topic we do not follow (or no longer, or by a pattern's frames)
+        return self._take(ts, env, recv_ns)
+
+    def on_pattern_frame(self, frame: bytes, recv_ns: int) -> TopicState | None:
+        """A frame for one of our patterns (pubsub/pattern_intake.py): its topic's, when the pattern takes
+        that topic by its frames, and a topic not followed yet is met here."""
+        try:
+            pattern, inner = unwrap_pattern(frame)
+            env = decode_frame(inner, probes=True)
+        except EnvelopeError as exc:
+            self.reject_log(str(exc))
+            return None
+        ts = self.topics.get(env.topic)
+        if ts is None:
+            ts = None if env.is_probe else self._meet(pattern, env.topic, env.publisher)
+            if ts is None:
+                return None
+        elif ts.via_pattern != pattern:
+            return None  # taken by its own filter, or by another pattern's frames
+        return self._take(ts, env, recv_ns)
+
+    def _meet(self, pattern: str, topic: str, publisher: str) -> TopicState | None:
+        """A topic of one of our patterns, met by its first frame before its announcement: followed now,
+        provisionally, from seq 1 (None: not ours, or a publisher we know no entry of)."""
+        taker = self.intake.taker_for(pattern, topic)
+        entry = self.intake.entry_for(publisher) if taker is not None else None
+        if taker is None or entry is None:
+            return None
+        ts = taker.make_state(topic)
+        ts.meet_first_frames()
+        ts.exact, ts.via_pattern, ts.provisional = False, pattern, True
+        self.topics[topic] = ts
+        self.handles[topic] = taker.handle  # type: ignore[assignment]
+        self._reliable_handles = None
+        ts.resume.update(self._resume_at.pop(topic, {}))
+        self._reconcile(ts, [entry])
+
+        def lapsed() -> None:
+            if self.topics.get(topic) is ts and ts.provisional:
+                log.info("%s: met by a frame of %s, never announced: no longer followed", topic, pattern)
+                self.detach(topic, close=False, handle=self.handles.get(topic))
+
+        self._later(PROVISIONAL_BEATS * max(self.heartbeat, LEAVE_HEARTBEAT), lapsed)
+        return ts
+
+    def _take(self, ts: TopicState, env: Any, recv_ns: int) -> TopicState | None:
         if type(env) is Run:
             ts.on_run(env, recv_ns)
         elif env.is_probe:
@@ -452,6 +509,11 @@ class IoLoop:
         delivered to this one too, on the terms it was first followed with."""
         topic = ts.topic
         held = self.topics.get(topic)
+        if held is not None and held.provisional and self.handles.get(topic) is handle:
+            held.provisional = False  # met by its frames already: its announcement brings its publishers
+            future.set_result(handle)
+            self.set_publishers(topic, publishers)
+            return
         if self._leaving.pop((topic, id(handle)), None) is not None and held is not None:
             future.set_result(handle)  # announced again within the grace: it never stopped
             self.set_publishers(topic, publishers)
@@ -462,6 +524,8 @@ class IoLoop:
                             "those terms", topic, held.reliable, held.history)
             self.shared.setdefault(topic, []).append(handle)
             self._reliable_handles = None
+            if not held.exact and not self.intake.serves(handle):
+                self._subscribe_exact(held)  # (a pattern's frames stop with the pattern)
             future.set_result(handle)
             return
         self.topics[topic] = ts
@@ -472,7 +536,10 @@ class IoLoop:
         if ts.mode not in self.subs:
             self.subs[ts.mode] = self._sub_socket()
             self._read(self.subs[ts.mode], True)
-        self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
+        if self.intake.serves(handle) and publishers and all(p.patterns for p in publishers):
+            ts.exact, ts.via_pattern = False, handle.pattern.pattern  # type: ignore[union-attr]
+        else:
+            self._subscribe_exact(ts)
         if ts.mode == "relay":
             self.set_relay(topic, relay)
         new = self._reconcile(ts, publishers, met_later=handle.pattern is not None)  # a pattern's topics are
@@ -497,6 +564,10 @@ class IoLoop:
         (connected at once, its first messages could go out before our acknowledgement reached it,
         and a restart before we committed them found them gone: CI run 39)."""
         new, gone = ts.reconcile(publishers)
+        for st in new:
+            self.intake.met(st.entry)
+        if not ts.exact and any(not st.entry.patterns for st in new):
+            self._subscribe_exact(ts)  # a publisher under a policy: it sends no pattern frames
         for st in gone:  # its last messages may still be on their way, and a registration that expired
             # at a busy owner comes back: a lease's grace before we disconnect
             self._later(LEASE_HEARTBEATS * self.heartbeat, lambda st=st: self._forget(ts, st))
@@ -517,6 +588,24 @@ class IoLoop:
         for st in gone:
             self.confirmations.seen(ts, st)
         return new
+
+    def _subscribe_exact(self, ts: TopicState) -> None:
+        self.subs[ts.mode].setsockopt(zmq.SUBSCRIBE, topic_filter(ts.topic))
+        ts.exact, ts.via_pattern = True, None
+
+    def add_pattern(self, taker: PatternTaker) -> None:
+        """Take `taker`'s pattern by its frames, from every publisher we are connected to."""
+        self.intake.add(taker)
+        self.subs["direct"].setsockopt(zmq.SUBSCRIBE, pattern_filter(taker.pattern))
+
+    def remove_pattern(self, pattern: str) -> None:
+        """No more of the pattern's frames; the topics met by them alone are let go."""
+        taker = self.intake.remove(pattern)
+        if taker is None:
+            return
+        self.subs["direct"].setsockopt(zmq.UNSUBSCRIBE, pattern_filter(pattern))
+        for topic in [t for t, ts in self.topics.items() if ts.via_pattern == pattern]:
+            self.detach(topic, close=False, handle=taker.handle)  # type: ignore[arg-type]
 
     def _link(self, st: Stream, endpoint: str) -> None:
         self.direct.ref(endpoint)
@@ -592,6 +681,12 @@ class IoLoop:
             first = self.handles[topic]
             self.handles[topic] = others.pop(0)
             self._reliable_handles = None
+            ts = self.topics[topic]
+            if not ts.exact:
+                if self.intake.serves(self.handles[topic]):
+                    ts.via_pattern = self.handles[topic].pattern.pattern  # type: ignore[union-attr]
+                else:
+                    self._subscribe_exact(ts)
             if not others:
                 del self.shared[topic]
             if close:
@@ -606,7 +701,8 @@ class IoLoop:
             self._resume_at[topic] = ts.positions()
             while len(self._resume_at) > RESUME_TOPICS:
                 del self._resume_at[next(iter(self._resume_at))]
-        self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
+        if ts.exact:
+            self.subs[ts.mode].setsockopt(zmq.UNSUBSCRIBE, topic_filter(topic))
         if ts.mode == "direct":
             for st in (*ts.streams.values(), *ts.departed.values()):
                 self._unlink(st)

@@ -22,11 +22,14 @@ class Mailbox:
         os.set_blocking(self.fd, False)
         os.set_blocking(self._write_fd, False)
         self.closed = False
+        self._woken = False  # a wake is in the pipe and the owner has not yet begun to run the calls
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the owning thread, soon (any thread)."""
         self._calls.append(fn)
-        self.wake()
+        if not self._woken:  # one wake in the pipe is enough (the owner clears this before it runs the calls)
+            self._woken = True
+            self.wake()
 
     def wake(self) -> None:
         try:
@@ -43,6 +46,7 @@ class Mailbox:
                 pass
         except BlockingIOError:
             pass
+        self._woken = False  # after the pipe is emptied: a wake written from here on stays in it
         while self._calls:
             fn = self._calls.popleft()
             try:

@@ -20,6 +20,7 @@ from pubsub.directory import PublisherEntry
 from pubsub.dispatch import GroupTerms
 from pubsub.member import GroupMembership
 from pubsub.message import Message
+from pubsub.pattern_intake import PatternTaker
 from pubsub.patterns import MAX_PATTERNS, PatternFollower, PatternWatches
 from pubsub.positions import PatternPositions
 from pubsub.subscription import HELD_LIMIT, TopicState
@@ -85,7 +86,15 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     def detach(topic: str) -> None:
         client.io.call(lambda: client.io.leave_later(topic, handle))
 
-    follower = PatternFollower(pattern, attach, update, detach)
+    follower = PatternFollower(pattern, attach, update, detach,
+                               spec={"p": pattern, "d": 1} if positions is not None else None)
+    if positions is None:  # a durable pattern connects to a publisher only once it knows our position
+        def make_state(topic: str) -> TopicState:
+            return TopicState(topic, client.id, history, reliable, mode, None, history_policy,
+                              held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
+
+        taker = PatternTaker(pattern, handle, make_state, meets=not reliable and not history)
+        client.io.call(lambda: client.io.add_pattern(taker))
     return _placed(client, handle, record, follower, confirming, wait, f"subscribe to {pattern!r}")
 
 
@@ -179,6 +188,7 @@ def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:
         follower.topics.clear()
 
         def detach_all() -> None:
+            client.io.remove_pattern(follower.pattern)
             for topic in topics:
                 client.io.detach(topic, close=False, handle=None if handle.group_pattern else handle)
             done.set()

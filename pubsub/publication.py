@@ -47,6 +47,10 @@ class Publication:
     pending: list[Envelope] = field(default_factory=list, repr=False)  # stamped, to go out in one frame
     pending_bytes: int = 0  # their payloads' size
     last_published_ns: int = 0  # when the last message was stamped (coalescing starts at a fast pace)
+    pattern_heads: list[bytes] = field(default_factory=list, repr=False)  # the patterns matching it, as
+    pattern_version: int = -1  # pubsub/filters.py last matched them (their `version`)
+    early_seq: int = 0  # held while the topic registers, messages up to this went to its patterns already
+    early_heads: frozenset = frozenset()  # ... to these
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -93,10 +97,12 @@ class Publication:
     def last_seq(self) -> int:
         return self.history.last_seq
 
-    def entry(self, endpoint: str, service: str) -> PublisherEntry:
-        """This publication as the topic's record shows it to subscribers."""
+    def entry(self, endpoint: str, service: str, patterns: bool = False) -> PublisherEntry:
+        """This publication as the topic's record shows it to subscribers (`patterns`: its publisher
+        sends pattern frames, which a direct topic then gets)."""
         return PublisherEntry(self.publisher, endpoint, service, self.strength, self.history_size, self.mode,
-                              self.bounds.to_dict() if self.bounds else None, self.archive)
+                              self.bounds.to_dict() if self.bounds else None, self.archive,
+                              patterns and self.mode == "direct")
 
     def serve(self, op: str, count: int = 0, lo: int = 1, hi: int | None = None) -> dict:
         """A history request: "last" k messages, or the "range" lo..hi (hi None: to the newest).

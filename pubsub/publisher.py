@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from dht.client import DhtError
 from dht.subjects import announced_at, check_publishable
-from pubsub.advertising import MAX_HELD, Advertiser, Registering
+from pubsub.advertising import MAX_HELD, Advertiser, Answer, Registering
 from pubsub.archive import ArchiveFeed
 from pubsub.dedup import Published, check_msg_id
 from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
@@ -55,7 +55,9 @@ class Publisher:
         self.id, self.service_endpoint, self.via = client_id, service_endpoint, via
         self.heartbeat, self.timeout = heartbeat, timeout
         self._lock = threading.Lock()
-        self._advertising: dict[str, threading.Event] = {}  # topics being registered now: set once placed
+        self._advertising: set[str] = set()  # topics being registered now
+        self._settled = threading.Condition(self._lock)  # one of them is done (a condition for all: an
+        # Event per topic cost a first publish a tenth of its time)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
         self.advertiser = Advertiser(self._settle, self.publishing.in_place_many, self._advertised,
                                      max(LEASE_HEARTBEATS * heartbeat, 3.0))
@@ -80,32 +82,40 @@ class Publisher:
                         != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
                     raise ValueError(f"{topic!r} is already advertised with other terms "
                                      f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
-                ready = self._advertising.get(topic)
+                ready = topic in self._advertising
             else:
                 self.publishing.add(pub)
-                ready = self._advertising[topic] = threading.Event()
+                self._advertising.add(topic)
+                ready = True
                 held = None
         if held is not None:  # another thread's advertise of it (or its first publish) may still be under way
-            if ready is not None:
-                self._await_advertised(topic, ready, wait)
+            if ready:
+                self._await_advertised(topic, wait)
             return
         try:
             self._register(topic, pub, mode, archive, wait)
         finally:
-            with self._lock:
-                self._advertising.pop(topic, None)
-            ready.set()
+            self._done_advertising(topic)
 
-    def _await_advertised(self, topic: str, ready: threading.Event, wait: float) -> None:
+    def _done_advertising(self, topic: str) -> None:
+        with self._lock:
+            self._advertising.discard(topic)
+            self._settled.notify_all()
+
+    def _await_advertised(self, topic: str, wait: float) -> None:
         """Another thread is registering `topic`: sending before its subscribers are connected would
         lose the messages, so wait for it (and fail as it failed)."""
-        if not ready.wait(wait) or topic not in self.publishing.publications:
+        with self._lock:
+            done = self._settled.wait_for(lambda: topic not in self._advertising, wait)
+        if not done or topic not in self.publishing.publications:
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
 
-    def _start(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float) -> Registering:
-        """Send the publication's fields to the ring (its record, its prefix records): nothing waits here."""
-        placed: Future = Future()
-        entry = pub.entry(self.publishing.endpoint, self.service_endpoint)
+    def _start(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float,
+               answer: type = Future) -> Registering:
+        """Send the publication's fields to the ring (its record, its prefix records): nothing waits here.
+        `answer`: what holds each answer (an `Answer` when no caller blocks on them)."""
+        placed = answer()
+        entry = pub.entry(self.publishing.endpoint, self.service_endpoint, patterns=self.publishing.policy is None)
         reg = Registration(topic, PUB + self.id, entry.to_bytes(), watch=False,
                            relay_service="relay_in" if mode == "relay" else None,
                            on_placed=lambda r: placed.set_result((r.counted, r.fields or {})),
@@ -113,8 +123,10 @@ class Publisher:
                            on_relay=lambda r: self.publishing.follow_relay(topic, r.relay),
                            on_refused=lambda _r, err: refuse(placed, err),
                            count=f"{SUB}{mode}/")
-        self.registrar.call(lambda: self.registrar.register(reg))
-        watchers = self._announce(topic, entry) if mode == "direct" else []
+        regs = [reg]
+        watchers = self._announce(topic, entry, regs, answer) if mode == "direct" else []
+        register = self.registrar.register
+        self.registrar.call(lambda: [register(r) for r in regs])
         if archive:
             feed = ArchiveFeed(pub, self.publishing.lock)
             self.registrar.call(lambda: self.registrar.archives.feeds.__setitem__(reg.key, feed))
@@ -166,8 +178,8 @@ class Publisher:
                 return  # another thread's advertise of it got there first
             self.publishing.add(pub)
             self.publishing.hold(topic)
-            self._advertising[topic] = threading.Event()
-        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout))
+            self._advertising.add(topic)
+        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout, Answer))
 
     def _advertised(self, r: Registering, error: BaseException | None) -> None:
         """The advertiser finished `r`: its messages go, or (a failure) become dead letters."""
@@ -181,24 +193,23 @@ class Publisher:
             if dropped and self.on_dead_letter is not None:
                 self.on_dead_letter(DeadLetter(r.topic, self.id, "publisher", dropped[0].seq, dropped[-1].seq,
                                                reason, time.time()))
-        with self._lock:
-            ready = self._advertising.pop(r.topic, None)
-        if ready is not None:
-            ready.set()
+        self._done_advertising(r.topic)
 
-    def _announce(self, topic: str, entry: PublisherEntry) -> list[Future]:
+    def _announce(self, topic: str, entry: PublisherEntry, regs: list[Registration], answer: type) -> list:
         """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
         clients whose plain patterns there match it, and the consumer groups whose patterns do."""
         found = []
         value = announce_value(topic, entry)
+        by_pattern = entry.patterns  # our socket counts each pattern's filter
         for record in announced_at(topic):
-            counted: Future = Future()
+            counted = answer()
             reg = Registration(record, announce_field(self.id, topic), value, watch=False,
                                read=WATCHER,
                                on_placed=lambda r, c=counted: c.set_result(
-                                   (watchers_of(r.fields or {}, topic), pattern_groups(r.fields or {}, topic))),
+                                   (watchers_of(r.fields or {}, topic, by_pattern),
+                                    pattern_groups(r.fields or {}, topic))),
                                on_refused=lambda _r, err, c=counted: refuse(c, err))
-            self.registrar.call(lambda reg=reg: self.registrar.register(reg))
+            regs.append(reg)
             found.append(counted)
         return found
 
@@ -245,9 +256,8 @@ class Publisher:
                 self._advertise_later(topic)
             else:
                 self.advertise(topic)
-        if ((ready := self._advertising.get(topic)) is not None
-                and not self.publishing.holding(topic, MAX_HELD)):
-            self._await_advertised(topic, ready, self.timeout)
+        if topic in self._advertising and not self.publishing.holding(topic, MAX_HELD):
+            self._await_advertised(topic, self.timeout)
 
     def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:
@@ -261,8 +271,8 @@ class Publisher:
             return 0
         if topic not in self.publishing.publications:
             self.advertise(topic)
-        elif (ready := self._advertising.get(topic)) is not None:
-            self._await_advertised(topic, ready, self.timeout)
+        elif topic in self._advertising:
+            self._await_advertised(topic, self.timeout)
         return self.publishing.publish_many(topic, batch, key, priority)
 
     @staticmethod

@@ -78,7 +78,9 @@ class PublishingSide:
         self.groups = PublisherGroups(client_id, data, self.publications, self._send_direct)
         self._filters = Filters(self.groups.filter)  # the subscribers' filters our sockets hold
         self.held: dict[str, list[Envelope]] = {}  # topics still registering: their messages, in order
-        self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer)
+        self._patterns_seen = 0  # the filters' version when held messages last went to their patterns
+        self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer,
+                              self._filters if policy is None else None)  # (a gate never lets a pattern through)
 
     def _send_direct(self, frame: bytes) -> None:
         if self.direct is not None:
@@ -185,6 +187,8 @@ class PublishingSide:
             env = pub.stamp(payload, now, key, priority, keep=False)
             env.msg_id = msg_id
             waiting.append(env)
+            if self.runs.filters is not None and self.runs.filters.patterns:
+                self.runs.early(pub, env)
             return env
         env = pub.stamp(payload, now, key, priority)
         if pub.journaled:
@@ -215,7 +219,7 @@ class PublishingSide:
                 return
             for env in waiting:
                 pub.retain(env)
-                self.runs.send(pub, env, time.time_ns())
+                self.runs.send_released(pub, env, time.time_ns())
                 if self.groups.groups:
                     self.groups.offer(env)
             self.runs.send_run(pub)
@@ -315,8 +319,9 @@ class PublishingSide:
     def probe(self, topics: list[str]) -> int:
         """Send one probe on each topic (a subscriber waits for it to know its filter is in place)."""
         with self.lock:
-            if self._gate is not None:
-                self.drain_filters()  # under a policy, what the asker subscribed is applied here first
+            # what the asker subscribed (under a policy: applied here first; its pattern: matched from
+            # now on) is known before the probe goes, so whatever follows the probe reaches it too
+            self.drain_filters()
             self.runs.send_all()  # what was published before the probe goes out before it
             self._probe_token += 1
             for topic in topics:
@@ -324,8 +329,10 @@ class PublishingSide:
                 if pub is None:
                     continue
                 sock = self.direct if pub.mode == "direct" else self.relay
-                env = Envelope.probe(topic, self.client_id, self._probe_token, time.time_ns())
-                sock.send(env.encode(self._packer))  # type: ignore[union-attr]
+                frame = Envelope.probe(topic, self.client_id, self._probe_token, time.time_ns()).encode(self._packer)
+                sock.send(frame)  # type: ignore[union-attr]
+                if self.runs.filters is not None and self.runs.filters.patterns:
+                    self.runs.to_patterns(pub, frame, sock)
             return self._probe_token
 
     def drain_filters(self) -> None:
@@ -341,6 +348,21 @@ class PublishingSide:
                     self._filters.message(name, sock.recv(zmq.NOBLOCK))
                 except zmq.Again:
                     break
+        if self.held and self._filters.version != self._patterns_seen and self.runs.filters is not None:
+            self._held_to_new_patterns()
+
+    def _held_to_new_patterns(self) -> None:
+        """A pattern subscribed since the topics still registering held their messages (the caller holds
+        the lock): what they hold goes to it now, as their next ones will (`Coalescer.early`)."""
+        self._patterns_seen = self._filters.version
+        for topic, waiting in self.held.items():
+            pub = self.publications.get(topic)
+            if not waiting or pub is None or pub.mode != "direct" or self.direct is None:
+                continue
+            self.runs.match(pub)
+            new = frozenset(pub.pattern_heads) - pub.early_heads
+            if new:
+                self.runs.early_all(pub, waiting, new)
 
     def check_policy(self) -> None:
         """Read the policy file again if it changed (or a SIGHUP reloaded it): a changed policy is
@@ -379,7 +401,7 @@ class PublishingSide:
             for topic in topics:
                 pub = self.publications.get(topic)
                 name = "relay" if pub is not None and pub.mode == "relay" else "direct"
-                out[topic] = self._filters.held(name, topic_filter(topic))
+                out[topic] = self._filters.held(name, topic_filter(topic), topic if self._gate is None else None)
             return out
 
     def next_probe_token(self) -> int:

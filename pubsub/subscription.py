@@ -153,6 +153,9 @@ class TopicState:
         self.heads: list[Stream] = []  # streams whose newest seq must be asked first (history k)
         self.starts: list[Stream] = []  # best effort, joining a running publisher: where is it now?
         self._joined = False  # the first reconcile is done: publishers met later owe us from seq 1
+        self.exact = True  # received by its own filter; else by the frames of pattern `via_pattern`
+        self.via_pattern: str | None = None
+        self.provisional = False  # met by a pattern's frame, not announced yet (pubsub/pattern_intake.py)
         self.dead: list[DeadLetter] = []
         self.moved: list[tuple[Stream, str]] = []  # (stream, its old PUB endpoint): reconnect
         self.reread = False
@@ -229,6 +232,10 @@ class TopicState:
             st.start_on_probe = True
         else:
             self.starts.append(st)
+
+    def meet_first_frames(self) -> None:
+        """A topic met by its first frames: every publisher of it owes us from seq 1 (none ran before us)."""
+        self._joined = True
 
     def forget(self, pid: str) -> Stream | None:
         """A departed publisher's grace is over: nothing more of it is delivered."""
