@@ -12,6 +12,10 @@ Both are XPUB sockets with XPUB_VERBOSER, so every subscriber's filter comes up 
 pubsub/filters.py): `in_place(topic)` is how many subscribers' filters for a topic the socket holds
 now. `advertise` waits (up to a lease) until it covers the subscribers the topic's owner knows of,
 so that a publisher starting after its subscribers does not lose its first messages to them.
+
+Long because every way a frame leaves the two sockets (publish, release of a registering topic's
+messages, the journal, probes, history) and every filter that arrives share their one lock; what is
+pure is already elsewhere (pubsub/coalescing.py, filters.py, publication.py, groups.py).
 """
 
 from __future__ import annotations

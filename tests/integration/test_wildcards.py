@@ -137,6 +137,33 @@ def test_a_pattern_receives_exactly_the_topics_it_matches_and_a_topic_that_appea
         assert [m.seq for m in got_temp if m.topic == topic] == list(range(1, each + 1)), topic
 
 
+def test_a_publisher_sends_a_new_topic_to_a_listening_pattern_before_the_ring_answers_its_registration(ring):
+    """A publisher connected to a pattern subscriber (for an earlier topic) holds that subscriber's
+    pattern filter and matches its own topics against it: the first message on a brand-new topic goes
+    to the pattern at once, kept back only from exact subscribers until the ring has answered the
+    topic's registration, and the subscriber follows the topic from that frame, before any
+    announcement of it.
+
+    To see it fail, make `Coalescer.early` return at once: the message waits for the registration,
+    which the test holds back."""
+    via = ring.nodes[0].endpoint
+    with Client(via, heartbeat=HB) as pub, Client(via, heartbeat=HB) as sub:
+        fast = sub.subscribe("fast/*")
+        pub.publish("fast/0", "warm")  # the publisher waits for the pattern's filter: it arrives
+        first = fast.get(timeout=20)
+        assert first is not None and first.text == "warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))  # the ring hears of nothing new meanwhile
+        try:
+            pub.publish("fast/1", "new")
+            got = fast.get(timeout=10)
+            assert "fast/1" in pub.publisher.publishing.held, "still registering: no answer was waited for"
+        finally:
+            hold.set()
+        assert got is not None and (got.topic, got.text, got.seq) == ("fast/1", "new", 1)
+        assert sub.io.topics["fast/1"].via_pattern == "fast/*"
+
+
 def test_a_topic_whose_announcement_lapses_and_comes_back_delivers_nothing_twice(ring):
     """A topic's announcement can vanish from its prefix record for a moment (a record read whole while
     it changes, a busy owner) and come back. Back within a lease's grace, the pattern never stopped

@@ -150,7 +150,7 @@ def test_a_publisher_entry_keeps_every_field_on_the_wire():
     from pubsub.patterns import announce_value
 
     entry = PublisherEntry("p", "127.0.0.1:1", "127.0.0.1:2", strength=3, history=7, mode="relay",
-                           retain={"messages": 5}, archive=True)
+                           retain={"messages": 5}, archive=True, patterns=True)
     defaults = PublisherEntry("p", "e", "r")
     assert all(getattr(entry, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(PublisherEntry)
                if f.name not in ("id",))
