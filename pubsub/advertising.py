@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 MAX_HELD = 10_000  # messages a topic's first publishes keep waiting while it registers
 POLL = 0.002  # seconds between looks at the registrations under way (filters arrive on a socket) ...
 POLL_PER_PENDING = 0.00001  # ... and more per registration under way: each look costs each of them
+NUDGE_GAP = 0.0005  # seconds at least between two looks, however fast answers come
 MAX_FILTER_WAIT = 30.0  # seconds a topic's messages wait for known subscribers that are still connecting
 
 
@@ -33,18 +34,23 @@ class Answer:
     thousand new topics made three thousand, a fifth of their first publishes' cost), since nobody
     blocks on it. Set on the registrar's thread, read on the advertiser's."""
 
-    __slots__ = ("_value", "_error", "_done")
+    __slots__ = ("_value", "_error", "_done", "_then")
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
         self._value: object = None
         self._error: BaseException | None = None
         self._done = False
+        self._then = then  # told when the answer is in (the advertiser looks then, not at its next poll)
 
     def set_result(self, value: object) -> None:
         self._value, self._done = value, True
+        if self._then is not None:
+            self._then()
 
     def set_exception(self, error: BaseException) -> None:
         self._error, self._done = error, True
+        if self._then is not None:
+            self._then()
 
     def done(self) -> bool:
         return self._done
@@ -90,6 +96,7 @@ class Advertiser:
         self._pending: list[Registering] = []
         self._progress_at = 0.0  # when a registration last found its subscribers' filters in place
         self._cond = threading.Condition()
+        self._nudged = False  # an answer came since the last look
         self._stopped = False
         self.thread: threading.Thread | None = None
 
@@ -114,6 +121,13 @@ class Advertiser:
                 return False
             time.sleep(POLL)  # polling a condition with a deadline: the advertiser thread finishes them
 
+    def nudge(self) -> None:
+        """An answer came: look now (any thread)."""
+        if not self._nudged:
+            with self._cond:
+                self._nudged = True
+                self._cond.notify()
+
     def stop(self, timeout: float = 5.0) -> None:
         with self._cond:
             self._stopped = True
@@ -130,12 +144,18 @@ class Advertiser:
                     pending, self._pending = self._pending, []
                     break
                 pending = list(self._pending)
+            began = time.monotonic()
             finished = self._look(pending)
-            if finished:
-                with self._cond:
+            took = time.monotonic() - began
+            with self._cond:
+                if finished:
                     self._pending = [r for r in self._pending if id(r) not in finished]
-            # polling conditions with deadlines: answers and filters arrive on other threads
-            time.sleep(POLL + POLL_PER_PENDING * len(pending))
+                # polling conditions with deadlines (filters arrive on our socket; answers nudge us), a
+                # look at most every NUDGE_GAP or as long as one took, whichever is longer
+                if not self._nudged and not self._stopped:
+                    self._cond.wait(POLL + POLL_PER_PENDING * len(pending))
+                self._nudged = False
+            time.sleep(max(NUDGE_GAP, took))
         for r in pending:
             self._done(r, RuntimeError("the client closed before the topic was registered"))
 

@@ -258,8 +258,11 @@ class IoLoop:
                 touched.add(ts)
                 if len(ts.deliveries) >= BATCH:  # a frame may carry a run of messages: count those
                     break
+        batches: dict[int, tuple[Subscription, list[Message]]] = {}
         for ts in touched:
-            self._flush(ts)
+            self._flush(ts, batches)
+        for handle, messages in batches.values():  # one hand-over per subscription: a pattern's thousand
+            handle.deliver(messages)  # new topics wake its application once, not a thousand times
         for state in groups:
             self.members.flush_deliveries(state)
 
@@ -330,16 +333,21 @@ class IoLoop:
             ts.on_message(env, recv_ns)
         return ts
 
-    def _flush(self, ts: TopicState) -> None:
-        """Carry out what the topic's state asked for."""
+    def _flush(self, ts: TopicState, batches: dict[int, tuple[Subscription, list[Message]]] | None = None) -> None:
+        """Carry out what the topic's state asked for (its deliveries added to `batches`, when given, for
+        the caller to hand over)."""
         if self.topics.get(ts.topic) is not ts:
             ts.deliveries.clear()
             return
         if ts.deliveries:
             messages, ts.deliveries = ts.deliveries, []
-            self.handles[ts.topic].deliver(messages)
-            for other in self.shared.get(ts.topic, ()):
-                other.deliver(messages)
+            for handle in (self.handles[ts.topic], *self.shared.get(ts.topic, ())):
+                if batches is None:
+                    handle.deliver(messages)
+                elif (held := batches.get(id(handle))) is not None:
+                    held[1].extend(messages)
+                else:
+                    batches[id(handle)] = (handle, list(messages))
             if self.on_delivered is not None:
                 self.on_delivered(ts.mode, messages)
         while ts.fetches:

@@ -86,14 +86,17 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     def detach(topic: str) -> None:
         client.io.call(lambda: client.io.leave_later(topic, handle))
 
-    follower = PatternFollower(pattern, attach, update, detach,
-                               spec={"p": pattern, "d": 1} if positions is not None else None)
-    if positions is None:  # a durable pattern connects to a publisher only once it knows our position
+    # a best-effort pattern without history takes its topics by the pattern's own frames, from their first
+    # (pubsub/pattern_intake.py); a reliable, durable or history one subscribes each topic it follows,
+    # whose terms its repairs need first (and the prefix record says so: "x")
+    by_frames = positions is None and not reliable and not history
+    follower = PatternFollower(pattern, attach, update, detach, spec=None if by_frames else {"p": pattern, "x": 1})
+    if by_frames:
         def make_state(topic: str) -> TopicState:
             return TopicState(topic, client.id, history, reliable, mode, None, history_policy,
                               held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
 
-        taker = PatternTaker(pattern, handle, make_state, meets=not reliable and not history)
+        taker = PatternTaker(pattern, handle, make_state)
         client.io.call(lambda: client.io.add_pattern(taker))
     return _placed(client, handle, record, follower, confirming, wait, f"subscribe to {pattern!r}")
 

@@ -1,18 +1,19 @@
 """What a client's io loop knows to take a pattern's frames (pubsub/envelope.py): the patterns it
 receives by their own filter, and the publishers it could meet a new topic of.
 
-A plain pattern subscription (`subscribe("sensors/*/temp")`, neither durable nor a consumer group's)
-puts one filter on the client's SUB socket, `pattern_filter(pattern)`. Every publisher the socket is
-connected to, for any topic, then matches its own topics against it and sends the pattern a copy of
-each message of a matching one (pubsub/coalescing.py), a topic published for the first time included.
+A best-effort pattern subscription without history (`subscribe("sensors/*/temp")`; not reliable,
+durable or a consumer group's) puts one filter on the client's SUB socket, `pattern_filter(pattern)`.
+Every publisher the socket is connected to, for any topic, then matches its own topics against it
+and sends the pattern a copy of each message of a matching one (pubsub/coalescing.py), a topic
+published for the first time included.
 So a topic the pattern subscriber has not heard of yet can arrive before its announcement does
-(pubsub/patterns.py). A best-effort pattern without history takes it then: its frame names the topic
-and its publisher, and a publisher we are connected
+(pubsub/patterns.py): its frame names the topic and its publisher, and a publisher we are connected
 to is one whose entry we hold from another topic (`entry_for`). The topic is then followed at once,
 as its announcement would have had it followed, *provisionally*: its announcement, when it comes,
 brings the publisher's real terms, and a topic never announced within PROVISIONAL_BEATS heartbeats
-is let go. A reliable pattern, or one with history, waits for the announcement (its repairs and
-history need the publisher's terms), and then takes the topic by its frames too.
+is let go. A reliable pattern, or one with history, subscribes each topic it follows instead, once
+announced: its repairs and history need the publisher's terms first, and a publisher counting its
+pattern filter as in place would release a new topic's first messages before it follows the topic.
 
 A publisher under a policy (its entry's `patterns` is false) applies no pattern filter: its gate
 judges one topic at a time. A pattern's topic with such a publisher is followed by its exact filter.
@@ -40,8 +41,6 @@ class PatternTaker:
     pattern: str
     handle: object  # pubsub/delivery.py Subscription
     make_state: Callable[[str], TopicState]
-    meets: bool = True  # meets new topics by their frames (best effort without history: nothing to repair
-    # or fetch needs the publisher's terms, which only the announcement brings)
     levels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -76,7 +75,7 @@ class PatternIntake:
     def taker_for(self, pattern: str, topic: str) -> PatternTaker | None:
         """Our subscription of `pattern`, when it matches `topic` (a frame says both: checked, not trusted)."""
         taker = self.takers.get(pattern)
-        return taker if taker is not None and taker.meets and matches(taker.levels, topic) else None
+        return taker if taker is not None and matches(taker.levels, topic) else None
 
     def entry_for(self, publisher: str) -> PublisherEntry | None:
         """A provisional entry for a new topic of `publisher`: where it is, and the defaults a first

@@ -131,13 +131,13 @@ def _matching(spec: dict, topic: str) -> bool:
 def watchers_of(fields: dict, topic: str, by_pattern: bool = False) -> int:
     """The filters a publisher of `topic` can expect from the clients whose `pat/` fields hold a plain
     pattern matching it: one per client (each subscribes the topic itself), or, `by_pattern` (a publisher
-    that sends pattern frames), one per such pattern that is not durable (taken by its own filter) and
-    one per client for its durable ones (which subscribe the topic)."""
+    that sends pattern frames), one per pattern taken by its own filter, and one per client for those
+    that subscribe each topic ("x": reliable, durable or with history)."""
     plain = [(client, spec) for client, spec in _specs(fields) if "g" not in spec and _matching(spec, topic)]
     if not by_pattern:
         return len({client for client, _spec in plain})
-    return (len({(client, spec["p"]) for client, spec in plain if not spec.get("d")})
-            + len({client for client, spec in plain if spec.get("d")}))
+    return (len({(client, spec["p"]) for client, spec in plain if not spec.get("x")})
+            + len({client for client, spec in plain if spec.get("x")}))
 
 
 def pattern_groups(fields: dict, topic: str) -> dict[str, bytes]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from dht.client import DhtError
 from dht.subjects import announced_at, check_publishable
@@ -111,7 +112,7 @@ class Publisher:
             raise DhtError(f"could not register topic {topic!r} via {self.via} within {wait:g}s")
 
     def _start(self, topic: str, pub: Publication, mode: str, archive: bool, wait: float,
-               answer: type = Future) -> Registering:
+               answer: Callable[[], Any] = Future) -> Registering:
         """Send the publication's fields to the ring (its record, its prefix records): nothing waits here.
         `answer`: what holds each answer (an `Answer` when no caller blocks on them)."""
         placed = answer()
@@ -179,7 +180,10 @@ class Publisher:
             self.publishing.add(pub)
             self.publishing.hold(topic)
             self._advertising.add(topic)
-        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout, Answer))
+        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout, self._answer))
+
+    def _answer(self) -> Answer:
+        return Answer(self.advertiser.nudge)
 
     def _advertised(self, r: Registering, error: BaseException | None) -> None:
         """The advertiser finished `r`: its messages go, or (a failure) become dead letters."""
@@ -195,7 +199,8 @@ class Publisher:
                                                reason, time.time()))
         self._done_advertising(r.topic)
 
-    def _announce(self, topic: str, entry: PublisherEntry, regs: list[Registration], answer: type) -> list:
+    def _announce(self, topic: str, entry: PublisherEntry, regs: list[Registration],
+                  answer: Callable[[], Any]) -> list:
         """Announce `topic` at its prefix records (pubsub/patterns.py); each future gets the number of
         clients whose plain patterns there match it, and the consumer groups whose patterns do."""
         found = []
