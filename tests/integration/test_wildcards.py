@@ -164,6 +164,31 @@ def test_a_publisher_sends_a_new_topic_to_a_listening_pattern_before_the_ring_an
         assert sub.io.topics["fast/1"].via_pattern == "fast/*"
 
 
+def test_a_pattern_subscribed_while_a_new_topic_registers_gets_what_it_held(ring):
+    """A publisher whose new topic is still registering holds its messages; a pattern subscriber
+    already connected to it (for another topic) that subscribes a pattern matching the topic meanwhile
+    gets them as soon as its pattern's filter reaches the publisher, before the registration is answered.
+
+    To see it fail, make `PublishingSide._held_to_new_patterns` return at once: they wait for the
+    registration, which the test holds back."""
+    via = ring.nodes[0].endpoint
+    with Client(via, heartbeat=HB) as pub, Client(via, heartbeat=HB) as sub:
+        other = sub.subscribe("held/other")  # connects the subscriber to the publisher
+        pub.publish("held/other", "warm")
+        assert (m := other.get(timeout=20)) is not None and m.text == "warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))
+        try:
+            pub.publish("held/new/1", "first")
+            pub.publish("held/new/1", "second")
+            late = sub.subscribe("held/new/*")  # its filter reaches the publisher, which holds the topic
+            got = [late.get(timeout=10), late.get(timeout=10)]
+            assert "held/new/1" in pub.publisher.publishing.held, "still registering: no answer was waited for"
+        finally:
+            hold.set()
+        assert [(m.topic, m.text) for m in got if m is not None] == [("held/new/1", "first"), ("held/new/1", "second")]
+
+
 def test_a_topic_whose_announcement_lapses_and_comes_back_delivers_nothing_twice(ring):
     """A topic's announcement can vanish from its prefix record for a moment (a record read whole while
     it changes, a busy owner) and come back. Back within a lease's grace, the pattern never stopped
@@ -589,9 +614,20 @@ def test_a_group_pattern_is_owed_a_new_topics_messages_before_its_members_join_i
     via = ring.nodes[0].endpoint
     done: list[str] = []
     with Client(via, heartbeat=HB) as m1, Client(via, heartbeat=HB) as m2, Client(via, heartbeat=HB) as pub:
+        released = threading.Event()  # the members join the topic only once its messages went out
         for m in (m1, m2):
             m.subscribe("tasks/>", group="crew", callback=lambda msg: done.append(msg.text))
+            join = m.io.members.attach
+
+            def late(*args, join=join, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                released.wait(20)
+                return join(*args, **kwargs)
+
+            m.io.members.attach = late
         for i in range(50):
             pub.publish("tasks/new/1", f"t{i}")
+        wait_for(lambda: settled(pub, "tasks/new/1") and "tasks/new/1" not in pub.publisher.publishing.held, 20,
+                 what="the topic registered and its messages sent")
+        released.set()
         wait_for(lambda: len(done) >= 50, 20, what="every task taken by a member")
     assert sorted(done) == sorted(f"t{i}" for i in range(50))

@@ -1,0 +1,94 @@
+"""What a publisher makes of its subscribers' pattern filters (pubsub/filters.py) and how a message
+goes out to them (pubsub/coalescing.py): pure, with a list for a socket."""
+
+from __future__ import annotations
+
+import threading
+
+import msgpack
+import pytest
+
+from pubsub.coalescing import Coalescer
+from pubsub.envelope import decode_frame, pattern_filter, topic_filter, unwrap_pattern
+from pubsub.filters import Filters
+from pubsub.publication import Publication
+from pubsub.publishing import PublishingSide
+
+
+class Socket:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+
+def filters() -> Filters:
+    return Filters(lambda _prefix, _on: False)
+
+
+def test_each_subscribers_pattern_filter_counts_for_the_topics_it_matches_until_it_goes():
+    """Two subscribers of `dev/*/temp` and one of `dev/>`: a temp topic has three filters in place, a hum
+    topic one; the heads name each matching pattern once; a filter that goes stops counting."""
+    f = filters()
+    for prefix in (pattern_filter("dev/*/temp"), pattern_filter("dev/*/temp"), pattern_filter("dev/>")):
+        f.message("direct", b"\x01" + prefix)
+    assert f.held("direct", topic_filter("dev/1/temp"), "dev/1/temp") == 3
+    assert f.held("direct", topic_filter("dev/1/hum"), "dev/1/hum") == 1
+    assert sorted(f.pattern_heads("dev/1/temp")) == sorted([pattern_filter("dev/*/temp"), pattern_filter("dev/>")])
+    version = f.version
+    f.message("direct", b"\x00" + pattern_filter("dev/*/temp"))
+    assert f.held("direct", topic_filter("dev/1/temp"), "dev/1/temp") == 2 and f.version == version
+    f.message("direct", b"\x00" + pattern_filter("dev/*/temp"))
+    assert f.pattern_heads("dev/1/temp") == [pattern_filter("dev/>")] and f.version > version
+    f.message("direct", b"\x01" + pattern_filter("a*b"))  # not of the grammar: matches nothing, no harm
+    assert f.pattern_heads("a*b") == [] and f.held("direct", topic_filter("x"), "x") == 0
+
+
+def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
+    """The plain frame for exact subscribers, then one pattern frame per matching pattern, each wrapping
+    the same bytes; a pattern that comes later is matched from then on.
+
+    To see it fail, leave out the pattern frames (`Coalescer.to_patterns` returning at once)."""
+    f, sock = filters(), Socket()
+    runs = Coalescer(lambda _pub: sock, msgpack.Packer(use_bin_type=True), f)
+    pub = Publication("dev/7/temp", "p")
+    runs.send(pub, pub.stamp(b"one", 10**9), 10**9)  # (a second apart: no run is coalesced)
+    assert len(sock.sent) == 1
+    f.message("direct", b"\x01" + pattern_filter("dev/*/temp"))
+    f.message("direct", b"\x01" + pattern_filter("dev/hum/*"))
+    runs.send(pub, pub.stamp(b"two", 2 * 10**9), 2 * 10**9)
+    plain, wrapped = sock.sent[1], sock.sent[2:]
+    assert len(wrapped) == 1 and wrapped[0].startswith(pattern_filter("dev/*/temp"))
+    pattern, inner = unwrap_pattern(wrapped[0])
+    assert pattern == "dev/*/temp" and inner == plain and decode_frame(inner).payload == b"two"
+
+
+@pytest.mark.parametrize("pattern_first", [True, False])
+def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_first):
+    """A topic still registering holds its messages back from exact subscribers; a pattern already
+    listening (or arriving while they wait) gets each of them at once, and not again at the release,
+    when the plain frames go out.
+
+    To see it fail, make `Coalescer.send_released` send to every pattern again (`skip` ignored)."""
+    side = PublishingSide.__new__(PublishingSide)  # its state alone: no sockets, no context
+    side.held, side.publications, side._filters = {}, {}, filters()
+    side._patterns_seen, side.direct, side.groups = 0, Socket(), type("G", (), {"groups": {}})()
+    side.runs = Coalescer(lambda _pub: side.direct, msgpack.Packer(use_bin_type=True), side._filters)
+    side.lock = threading.Lock()
+    pub = Publication("dev/1/temp", "p")
+    side.publications[pub.topic] = pub
+    side.held[pub.topic] = []
+    listen = b"\x01" + pattern_filter("dev/>")
+    if pattern_first:
+        side._filters.message("direct", listen)
+    side._publish(pub, b"a", None, 4, 1)
+    side._publish(pub, b"b", None, 4, 2)
+    if not pattern_first:
+        side._filters.message("direct", listen)
+        side._held_to_new_patterns()
+    early = list(side.direct.sent)
+    assert [decode_frame(unwrap_pattern(f)[1]).payload for f in early] == [b"a", b"b"]
+    side.release(pub.topic)
+    later = side.direct.sent[len(early):]
+    assert [decode_frame(f).payload for f in later] == [b"a", b"b"], "plain frames only, for exact subscribers"
