@@ -37,6 +37,7 @@ class Coalescer:
         self._socket_of = socket_of  # the socket a publication's frames go out on (None: closing)
         self._packer = packer
         self.filters = filters  # the direct socket's, for its pattern subscribers
+        self.drain: Callable[[], None] = lambda: None  # reads the filters that arrived (under the lock)
         self.waiting: dict[str, Publication] = {}  # publications with a run that has not filled
         self.wake: Callable[[], None] = lambda: None  # the io loop's, to send a run when the publisher stops
         self.watched = False  # the io loop looks at `waiting` every millisecond: no need to wake it
@@ -49,9 +50,10 @@ class Coalescer:
             sock = self._socket_of(pub)
             if sock is not None:
                 frame = env.encode(self._packer)
-                sock.send(frame)  # type: ignore[attr-defined]
                 if self.filters is not None and self.filters.patterns:
-                    self.to_patterns(pub, frame, sock)
+                    self._out(pub, frame, sock)
+                else:
+                    sock.send(frame)  # type: ignore[attr-defined]
             return
         pending.append(env)
         pub.pending_bytes += len(env.payload)
@@ -70,9 +72,23 @@ class Coalescer:
         sock = self._socket_of(pub)
         if run and sock is not None:
             frame = encode_run(run, self._packer)
-            sock.send(frame)  # type: ignore[attr-defined]
             if self.filters is not None and self.filters.patterns:
-                self.to_patterns(pub, frame, sock)
+                self._out(pub, frame, sock)
+            else:
+                sock.send(frame)  # type: ignore[attr-defined]
+
+    def _out(self, pub: Publication, frame: bytes, sock: object) -> None:
+        """`frame` to the topic's exact subscribers, when its socket holds one's filter (a topic only
+        patterns follow costs one send, not two), and to each matching pattern. A filter that arrived
+        unread is read first, so a subscriber whose filter came is never skipped for want of a look."""
+        filters = self.filters
+        if pub.mode != "direct" or filters.held("direct", pub.filter):  # type: ignore[union-attr]
+            sock.send(frame)  # type: ignore[attr-defined]
+        else:
+            self.drain()
+            if filters.held("direct", pub.filter):  # type: ignore[union-attr]
+                sock.send(frame)  # type: ignore[attr-defined]
+        self.to_patterns(pub, frame, sock)
 
     def early(self, pub: Publication, env: Envelope) -> None:
         """A message held while its topic registers (pubsub/advertising.py) goes to the patterns already

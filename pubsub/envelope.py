@@ -250,6 +250,23 @@ def wrap_for_pattern(head: bytes, frame: bytes) -> bytes:
     return head + size + frame
 
 
+_BIN_SIZE = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # msgpack bin 8/16/32: the bytes of the length that follows
+
+
+def inner_frame(raw: bytes, head: bytes) -> memoryview | None:
+    """The plain frame a pattern frame of the pattern whose filter is `head` wraps, without a copy
+    (None: not one of that pattern's, or cut short); `decode_frame` takes it as it takes bytes."""
+    if not raw.startswith(head) or len(raw) <= len(head):
+        return None
+    size = _BIN_SIZE.get(raw[len(head)])
+    if size is None:
+        return None
+    start = len(head) + 1 + size
+    if int.from_bytes(raw[len(head) + 1:start], "big") != len(raw) - start:
+        return None
+    return memoryview(raw)[start:]
+
+
 def unwrap_pattern(raw: bytes) -> tuple[str, bytes]:
     """(pattern, the plain frame) of a pattern frame; EnvelopeError when it is not one."""
     try:

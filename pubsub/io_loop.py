@@ -45,9 +45,9 @@ from pubsub.envelope import (
     EnvelopeError,
     Run,
     decode_frame,
+    inner_frame,
     pattern_filter,
     topic_filter,
-    unwrap_pattern,
 )
 from pubsub.links import Connections, Pointers
 from pubsub.mailbox import Mailbox
@@ -282,9 +282,15 @@ class IoLoop:
     def on_pattern_frame(self, frame: bytes, recv_ns: int) -> TopicState | None:
         """A frame for one of our patterns (pubsub/pattern_intake.py): its topic's, when the pattern takes
         that topic by its frames, and a topic not followed yet is met here."""
+        for taker in self.intake.takers.values():  # (a client has a few patterns: its own heads, no decode)
+            inner = inner_frame(frame, taker.head)
+            if inner is not None:
+                pattern = taker.pattern
+                break
+        else:
+            return None  # a pattern we no longer follow (or a frame cut short)
         try:
-            pattern, inner = unwrap_pattern(frame)
-            env = decode_frame(inner, probes=True)
+            env = decode_frame(inner, probes=True)  # type: ignore[arg-type]
         except EnvelopeError as exc:
             self.reject_log(str(exc))
             return None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from dht.subjects import matches, parse
 from pubsub.directory import PublisherEntry
+from pubsub.envelope import pattern_filter
 from pubsub.subscription import TopicState
 
 MAX_PUBLISHERS_KNOWN = 100_000  # publishers whose endpoints a client keeps to follow their new topics
@@ -43,8 +44,11 @@ class PatternTaker:
     make_state: Callable[[str], TopicState]
     levels: tuple[str, ...] = ()
 
+    head: bytes = b""  # its frames begin so (pubsub/envelope.py pattern_filter)
+
     def __post_init__(self) -> None:
         self.levels = parse(self.pattern)
+        self.head = pattern_filter(self.pattern)
 
 
 class PatternIntake:

@@ -85,6 +85,7 @@ class PublishingSide:
         self._patterns_seen = 0  # the filters' version when held messages last went to their patterns
         self.runs = Coalescer(lambda pub: self.direct if pub.mode == "direct" else self.relay, self._packer,
                               self._filters if policy is None else None)  # (a gate never lets a pattern through)
+        self.runs.drain = self.drain_filters
 
     def _send_direct(self, frame: bytes) -> None:
         if self.direct is not None:
