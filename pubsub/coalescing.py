@@ -17,6 +17,7 @@ Everything here runs under the publishing side's lock, except `paused`, the io l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import msgpack
@@ -29,6 +30,7 @@ COALESCE_GAP_NS = 100_000
 COALESCE_AGE_NS = 500_000
 COALESCE_MAX = 64
 COALESCE_BYTES = 4 * 1024
+DRAIN_GAP_NS = 1_000_000  # a frame only patterns take reads the filters that came at most this often
 
 
 class Coalescer:
@@ -38,6 +40,7 @@ class Coalescer:
         self._packer = packer
         self.filters = filters  # the direct socket's, for its pattern subscribers
         self.drain: Callable[[], None] = lambda: None  # reads the filters that arrived (under the lock)
+        self._drained_ns = 0
         self.waiting: dict[str, Publication] = {}  # publications with a run that has not filled
         self.wake: Callable[[], None] = lambda: None  # the io loop's, to send a run when the publisher stops
         self.watched = False  # the io loop looks at `waiting` every millisecond: no need to wake it
@@ -85,9 +88,12 @@ class Coalescer:
         if pub.mode != "direct" or filters.held("direct", pub.filter):  # type: ignore[union-attr]
             sock.send(frame)  # type: ignore[attr-defined]
         else:
-            self.drain()
-            if filters.held("direct", pub.filter):  # type: ignore[union-attr]
-                sock.send(frame)  # type: ignore[attr-defined]
+            now = time.monotonic_ns()
+            if now - self._drained_ns >= DRAIN_GAP_NS:  # (a subscriber's subscribe() waits for a probe, which
+                self._drained_ns = now  # reads them first: one skipped meanwhile is not owed the message)
+                self.drain()
+                if filters.held("direct", pub.filter):  # type: ignore[union-attr]
+                    sock.send(frame)  # type: ignore[attr-defined]
         self.to_patterns(pub, frame, sock)
 
     def early(self, pub: Publication, env: Envelope) -> None:
