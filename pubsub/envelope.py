@@ -57,7 +57,6 @@ _DISPATCH_HEADER = b"\x9a\x02"  # an array of 10, then the kind
 DISPATCH_PREFIX = _DISPATCH_HEADER
 DEFAULT_PRIORITY = 4
 MAX_KEY_CHARS = 256
-PATTERN_KIND = 3
 PATTERN_PREFIX = b"\x93\x03"  # an array of 3, then the kind: [3, pattern, plain frame]
 MAX_RUN = 1024  # messages a coalesced frame may carry (a publisher sends at most 64)
 
@@ -266,13 +265,3 @@ def inner_frame(raw: bytes, head: bytes) -> memoryview | None:
         return None
     return memoryview(raw)[start:]
 
-
-def unwrap_pattern(raw: bytes) -> tuple[str, bytes]:
-    """(pattern, the plain frame) of a pattern frame; EnvelopeError when it is not one."""
-    try:
-        kind, pattern, frame = msgpack.unpackb(raw, raw=False)
-    except Exception as exc:
-        raise EnvelopeError(f"not a pattern frame: {type(exc).__name__}") from None
-    if not (kind == PATTERN_KIND and type(kind) is int and type(pattern) is str and type(frame) is bytes):
-        raise EnvelopeError("pattern frame fields have the wrong types")
-    return pattern, frame

@@ -59,7 +59,6 @@ class Filters:
                 self._heads[pattern] = pattern_filter(pattern)
                 self.version += 1
         except ValueError:  # not a pattern of the grammar: nothing of ours can match it
-            self.patterns.pop(pattern, None)
             return
         if on:
             self.patterns[pattern] += 1

@@ -121,6 +121,8 @@ class IoLoop:
         self._poller = zmq.Poller()
         self._reading: dict[zmq.Socket, bool] = {}
         self.reject_log = RejectLog("malformed message")
+        self.unplaced = RejectLog("a pattern's message on a topic not followed yet")  # counted and logged: never
+        # dropped unseen
         self.thread = threading.Thread(target=self._run, name=f"chordpub-io-{self.id}", daemon=True)
 
     def _sub_socket(self) -> zmq.Socket:
@@ -296,8 +298,12 @@ class IoLoop:
             return None
         ts = self.topics.get(env.topic)
         if ts is None:
-            ts = None if env.is_probe else self._meet(pattern, env.topic, env.publisher)
-            if ts is None:
+            if env.is_probe:
+                return None
+            ts = self._meet(pattern, env.topic, env.publisher)
+            if ts is None:  # (a publisher we are connected to for a consumer group's topic alone)
+                self.unplaced(f"{env.topic} of {env.publisher}, for {pattern}: no entry of the publisher known yet; "
+                              "the topic is followed once announced")
                 return None
         elif ts.via_pattern != pattern:
             return None  # taken by its own filter, or by another pattern's frames
