@@ -39,8 +39,9 @@ class Mailbox:
         except OSError:
             pass  # the owner has ended and closed the pipe
 
-    def run(self) -> None:
-        """Empty the pipe and run every posted call (the owning thread)."""
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        """Empty the pipe and run every posted call (the owning thread); `until`: the owner is stopping,
+        and the calls still posted are left (its socket's closing would fail them one by one)."""
         try:
             while os.read(self.fd, 4096):
                 pass
@@ -48,6 +49,8 @@ class Mailbox:
             pass
         self._woken = False  # after the pipe is emptied: a wake written from here on stays in it
         while self._calls:
+            if until is not None and until():
+                return
             fn = self._calls.popleft()
             try:
                 fn()

@@ -66,6 +66,7 @@ class Registrar:
         self._events = Connections(lambda: self.events)  # owners' events sockets, by our records there
         self.mailbox = Mailbox()
         self._stopping = threading.Event()
+        self._lookups_fail_until = 0.0  # a deletion's lookup failed: the fields left wait for their leases meanwhile
         self.renewals = 0  # requests sent for renewals (one per owner per heartbeat)
         self.thread = threading.Thread(target=self._run, name="chordpub-registrar", daemon=True)
 
@@ -134,11 +135,14 @@ class Registrar:
                 except DhtError as exc:
                     log.info("could not unregister at %s (the leases will expire): %s", owner, exc)
                     group = []
-            for reg in group:  # owner unknown or moved: one lookup each
+            for reg in group:  # owner unknown or moved: one lookup each, unless the ring stopped answering them
+                if self._stopping.is_set() or time.monotonic() < self._lookups_fail_until:
+                    continue  # (thousands of fields, a second's lookup each, held the client's close for minutes)
                 try:
                     self.dht.del_field(reg.topic, reg.name)
                 except DhtError as exc:
-                    log.info("could not unregister %s (the lease will expire): %s", reg.topic, exc)
+                    log.info("could not unregister %s (the leases of such fields will expire): %s", reg.topic, exc)
+                    self._lookups_fail_until = time.monotonic() + self.lease
 
     # -- the loop ----------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -155,7 +159,7 @@ class Registrar:
                     wait = min(wait, min(due) - now)
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
                 if self.mailbox.fd in events:
-                    self.mailbox.run()
+                    self.mailbox.run(until=self._stopping.is_set)
                 if self.events in events:
                     self._drain_events()
                 self._place(until=next_beat)
@@ -197,10 +201,17 @@ class Registrar:
         todo = [r for r in self.regs.values() if (not r.placed or r.need_read) and r.retry_at <= now]
         if not todo:
             return
+        try:
+            bits = self.dht.bits  # (asked of the ring once: a ring too busy to answer is asked again)
+        except DhtError as exc:
+            log.warning("the ring is unreachable: %s", exc)
+            for reg in todo:
+                reg.retry_at = now + RETRY
+            return
         by_owner: dict[str, list[Registration]] = {}
         for reg in todo:
             if reg.owner is None:
-                reg.owner = self.arcs.owner(key_id(reg.topic, self.dht.bits))
+                reg.owner = self.arcs.owner(key_id(reg.topic, bits))
                 if reg.owner is None:
                     if time.monotonic() >= until:
                         continue

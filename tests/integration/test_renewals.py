@@ -75,3 +75,25 @@ def test_a_rounds_fields_past_one_messages_bytes_go_in_parts_and_are_all_placed(
         assert placed == len(held), f"placed {placed} of {len(held)}"
     finally:
         registrar.close_unstarted()
+
+
+def test_a_ring_silent_at_the_first_question_leaves_the_registrar_running(parts):
+    """The registrar's first look at the ring asks its entry node the id width; a node too busy to
+    answer (a loaded machine: the suite's CI) made that a DhtError that ended the registrar's thread,
+    and every later registration of the client failed. Now the fields wait and are sent again.
+
+    To see it fail, take `self.dht.bits` out of its try in `Registrar._place`: DhtError."""
+    silent = parts.context.socket(zmq.ROUTER)  # takes the request and never answers
+    silent.setsockopt(zmq.LINGER, 0)
+    endpoint = f"127.0.0.1:{silent.bind_to_random_port('tcp://127.0.0.1')}"
+    registrar = Registrar(endpoint, parts.context, None, heartbeat=HEARTBEAT)
+    try:
+        reg = Registration("t", "pub/me", b"x", watch=False)
+        registrar.register(reg)
+        before = time.monotonic()
+        registrar._place()
+        assert silent.poll(0), "the entry node was never asked"
+        assert not reg.placed and reg.retry_at > before, "the field waits to be sent again"
+    finally:
+        registrar.close_unstarted()
+        silent.close(0)
