@@ -44,7 +44,8 @@ from pubsub.registration import OwnerArcs, Registration
 log = logging.getLogger(__name__)
 
 RETRY = 0.2  # seconds before a placement that failed is tried again
-PLACE_WAIT = 2.0  # seconds an owner has to answer a placement (a renewal: one heartbeat)
+PLACE_WAIT = 2.0  # seconds an owner has to answer a placement (a renewal: one heartbeat) ...
+MIN_PLACE_WAIT = 0.25  # ... or less, down to this, so that renewals stay at most two heartbeats apart
 EVENTS_BATCH = 1000
 
 
@@ -166,7 +167,6 @@ class Registrar:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.heartbeat
                     self._renew()
-                    self._place(until=next_beat)
         except Exception:
             log.exception("the registrar stopped")
             raise
@@ -223,12 +223,12 @@ class Registrar:
                     if reg.owner is None:
                         reg.retry_at = now + RETRY
                     else:
-                        self._send(reg.owner, [reg], [self._placement(reg)], about=True)
+                        self._send(reg.owner, [reg], [self._placement(reg)], about=True, until=until)
                     continue
             by_owner.setdefault(reg.owner, []).append(reg)
         if by_owner:
             requests = {owner: [self._placement(reg) for reg in group] for owner, group in by_owner.items()}
-            replies = self.dht.records_at_each(requests, timeout=PLACE_WAIT, about=True)
+            replies = self.dht.records_at_each(requests, timeout=self._place_wait(until), about=True)
             for owner, group in by_owner.items():
                 self._apply(owner, group, replies[owner])
 
@@ -267,10 +267,19 @@ class Registrar:
                 self._apply(owner, group, replies[owner], renewing=True)
         self.archives.feed()
 
-    def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False) -> None:
+    def _place_wait(self, until: float) -> float:
+        """How long placements may wait for their owners: at most a heartbeat past the next renewal
+        round (`until`), so that renewals stay two heartbeats apart in a lease of three. A fresh node
+        slow to answer held two placement rounds of PLACE_WAIT between two renewals, 4 s, and fields
+        leased for 3 s lapsed at their live owners."""
+        return max(MIN_PLACE_WAIT, min(PLACE_WAIT, until + self.heartbeat - time.monotonic()))
+
+    def _send(self, owner: str, group: list[Registration], items: list[dict], about: bool = False,
+              until: float = float("inf")) -> None:
         """One placement request to `owner`; `about` asks for its arc and services."""
         try:
-            reply: RecordsReply | DhtError = self.dht.records_at(owner, items, about=about)
+            reply: RecordsReply | DhtError = self.dht.records_at(owner, items, about=about,
+                                                                  timeout=self._place_wait(until), retries=0)
         except DhtError as exc:
             reply = exc
         self._apply(owner, group, reply)

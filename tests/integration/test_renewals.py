@@ -97,3 +97,29 @@ def test_a_ring_silent_at_the_first_question_leaves_the_registrar_running(parts)
     finally:
         registrar.close_unstarted()
         silent.close(0)
+
+
+def test_a_placement_at_a_silent_owner_waits_no_more_than_the_renewals_allow(parts):
+    """Placements wait for their owners in the registrar's one thread, before the next renewal round:
+    at a fresh node slow to answer, two rounds of PLACE_WAIT (2 s) came between two renewals, and the
+    fields of live owners, leased three heartbeats (3 s), lapsed (the Mininet autoscale test's lost
+    registrations). A placement now waits at most a heartbeat past the renewal that is due.
+
+    To see it fail, give `_place_wait` PLACE_WAIT whatever `until` says: "took 2.0s"."""
+    silent = parts.context.socket(zmq.ROUTER)  # a node that takes the placement and does not answer in time
+    silent.setsockopt(zmq.LINGER, 0)
+    endpoint = f"127.0.0.1:{silent.bind_to_random_port('tcp://127.0.0.1')}"
+    registrar = Registrar(endpoint, parts.context, None, heartbeat=HEARTBEAT / 4)
+    registrar.dht._bits = 64  # (the id width, which a node would have answered first)
+    try:
+        reg = Registration("t", "pub/me", b"x", watch=False, owner=endpoint)
+        registrar.register(reg)
+        started = time.monotonic()
+        registrar._place(until=started)  # the renewal round is due now
+        took = time.monotonic() - started
+        assert silent.poll(0), "the owner was never asked"
+        assert not reg.placed
+        assert took < 2 * HEARTBEAT / 4 + 0.2, f"took {took:.1f}s"
+    finally:
+        registrar.close_unstarted()
+        silent.close(0)
