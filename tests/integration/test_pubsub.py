@@ -160,6 +160,13 @@ def test_registrations_survive_the_owners_death(tmp_path):
             first.advertise("phoenix")
             sub = subscriber.subscribe("phoenix")
             assert first.id in subscriber.io.topics["phoenix"].streams
+            # the owner replicates its writes right after them, on its own thread: one killed before that
+            # takes them along (a loaded CI run found no publisher at the survivor), so wait for it
+            with DhtClient(via, timeout=2.0) as dht:
+                def on_replicas() -> bool:
+                    reply = dht.records_at(via, [{"k": "phoenix", "read": "pub/"}], replicated=True)
+                    return reply.written is not None and reply.replicated >= reply.written
+                wait_for(on_replicas, 10, what="the owner's writes on its replicas")
             victim = next(n for n in ring.nodes if n.endpoint == via)
             ring.kill(victim)
             ring.wait_consistent(timeout=10 * PERIOD)
