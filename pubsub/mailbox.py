@@ -50,6 +50,7 @@ class Mailbox:
         self._woken = False  # after the pipe is emptied: a wake written from here on stays in it
         while self._calls:
             if until is not None and until():
+                log.info("stopping: %d posted call(s) left unrun", len(self._calls))
                 return
             fn = self._calls.popleft()
             try:

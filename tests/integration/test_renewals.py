@@ -11,7 +11,7 @@ import time
 
 import zmq
 
-from pubsub.registrar import Registrar
+from pubsub.registrar import MIN_PLACE_WAIT, PLACE_WAIT, Registrar
 from pubsub.registration import Registration
 
 HEARTBEAT = 1.0
@@ -119,7 +119,7 @@ def test_a_placement_at_a_silent_owner_waits_no_more_than_the_renewals_allow(par
         took = time.monotonic() - started
         assert silent.poll(0), "the owner was never asked"
         assert not reg.placed
-        assert took < 2 * HEARTBEAT / 4 + 0.2, f"took {took:.1f}s"
+        assert took < (MIN_PLACE_WAIT + PLACE_WAIT) / 2, f"took {took:.1f}s"  # (0.25 s: a loaded machine's margin)
     finally:
         registrar.close_unstarted()
         silent.close(0)
