@@ -65,6 +65,7 @@ class MaintainedNode(Protocol):
 
 log = logging.getLogger(__name__)
 
+LAPSES_NAMED = 3  # fields named in the log line of a round's lapsed leases
 MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
 PREDECESSOR_HEARD = 1.5  # periods (times the ring's --quiet-stretch) within which the predecessor's own
 # get_links proves it alive (its rounds are that far apart at most, with 10% jitter; dht/pacing.py). A
@@ -321,9 +322,12 @@ class Maintainer(FingerMaintenance, Replication):
         now = min(time.time(), node.server.caught_up())
         with node.lock:
             gone = node.records.expired(now, self.routing.owns_strictly)
+            if gone:  # one line a round: a client gone with thousands of fields is one event, not thousands
+                named = ", ".join(f"{n} on {k!r}" for k, n in map(split_field_key, gone[:LAPSES_NAMED]))
+                more = f" and {len(gone) - LAPSES_NAMED} more" if len(gone) > LAPSES_NAMED else ""
+                log.info("%s: the lease of %s%s ran out", self.me.endpoint, named, more)
             for composite in gone:
                 key, name = split_field_key(composite)
-                log.info("%s: the lease of %s on %r ran out", self.me.endpoint, name, key)
                 prev = node.records.epoch(key, namespace(name))
                 version = node.write_field(composite, None)
                 node.changes.put(Change(key, name, None, node.records.epoch(key, namespace(name)) or version, prev,

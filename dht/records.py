@@ -118,7 +118,7 @@ class RecordTable:
         self.bits = bits
         self.fields: dict[str, dict[str, FieldValue]] = {}
         self.by_ns: dict[tuple[str, str], dict[str, FieldValue]] = {}  # (key, namespace) -> its fields
-        self.epochs: dict[tuple[str, str], int] = {}
+        self.epochs: dict[str, dict[str, int]] = {}  # key -> namespace -> epoch (a key's go with it at once)
         self.leases: dict[str, float] = {}  # composite key -> wall-clock expiry (owned fields only)
 
     # -- kept in step with the Store ------------------------------------------------------------------
@@ -128,8 +128,9 @@ class RecordTable:
             # the namespace changed, even when the entry is older than its epoch: a field handed over
             # from the other side of a healed partition, or written by a node whose clock is behind.
             # Watchers compare epochs for equality, so it must move (dht/prober.py, ring merges).
-            ek = (key, namespace(name))
-            self.epochs[ek] = max(version, self.epochs.get(ek, 0) + 1)
+            of_key = self.epochs.setdefault(key, {})
+            ns = namespace(name)
+            of_key[ns] = max(version, of_key.get(ns, 0) + 1)
         fields = self.fields.get(key)
         ek = (key, namespace(name))
         if raw is None:
@@ -142,8 +143,7 @@ class RecordTable:
                         del self.by_ns[ek]
                 if not fields:
                     del self.fields[key]
-                    for ek in [ek for ek in self.epochs if ek[0] == key]:
-                        del self.epochs[ek]
+                    self.epochs.pop(key, None)
             self.leases.pop(composite, None)
             return
         try:
@@ -191,7 +191,7 @@ class RecordTable:
         return sum(1 for n in fields if n.startswith(prefix))
 
     def epoch(self, key: str, ns: str) -> int:
-        return self.epochs.get((key, ns), 0)
+        return self.epochs.get(key, {}).get(ns, 0)
 
     # -- the owner's side -------------------------------------------------------------------------------
     def apply(self, item: dict[str, Any], now: float) -> Applied:

@@ -278,7 +278,7 @@ def test_a_topic_with_a_wildcard_level_cannot_be_published(ring):
         assert c.publications == {}
 
 
-def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactly(ring, procs):
+def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactly(ring, procs, tmp_path):
     """The acceptance scale: 10 publisher processes, 1,000 devices each publishing dev/<i>/temp and
     dev/<i>/hum, 20 messages a topic. `dev/*/temp` gets exactly the 20,000 temp messages and no hum,
     `dev/>` all 40,000, the exact `dev/7/temp` its 20; the reliable pattern each topic in order from
@@ -313,9 +313,12 @@ def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactl
             never = sorted({f"dev/{i}/{k}" for i in range(devices) for k in ("temp", "hum")} - heard)
             counts = Counter(m.topic for m in got[everything])
             short = sorted(t for t, n in counts.items() if n < each)
+            silent = sorted({int(t.split("/")[1]) % processes for t in never})
+            said = {p: (tmp_path / f"pub{p}.log").read_text(errors="replace")[-600:] for p in silent[:2]}
             raise AssertionError(f"{exc}: got {[len(got[s]) for s in (temp, everything, seven)]} of "
                                  f"{[want[s] for s in (temp, everything, seven)]}; {len(never)} topics never heard "
-                                 f"{never[:5]}; {len(short)} short {[(t, counts[t]) for t in short[:5]]}") from None
+                                 f"{never[:5]}; {len(short)} short {[(t, counts[t]) for t in short[:5]]}; "
+                                 f"publishers never heard {silent}, the first ones' logs end {said}") from None
         got_temp, got_all, got_seven = got[temp], got[everything], got[seven]
         assert temp.get(timeout=0.5) is None and everything.get(timeout=0.1) is None
     assert Counter(m.topic for m in got_temp) == Counter({f"dev/{i}/temp": each for i in range(devices)})
