@@ -22,6 +22,8 @@ from pathlib import Path
 from chordpub import Client
 from chordpub.launcher import wait_for
 
+ANNOUNCE_ATTEMPTS = 5  # rounds of first publishes (--announce) before a topic that will not register fails the run
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -38,7 +40,9 @@ def main() -> None:
     ap.add_argument("--announce", action="store_true",
                     help="with --lazy: publish message 0 on each topic before `ready` (registering it)")
     args = ap.parse_args()
-    clients = [Client(args.via, heartbeat=args.heartbeat) for _ in range(args.clients)]
+    unregistered: set[str] = set()  # topics whose registration failed: their first message a dead letter
+    clients = [Client(args.via, heartbeat=args.heartbeat, on_dead_letter=lambda d: unregistered.add(d.topic))
+               for _ in range(args.clients)]
     try:
         mine = {}
         for c, client in enumerate(clients):
@@ -52,12 +56,20 @@ def main() -> None:
         with ThreadPoolExecutor(len(clients)) as pool:  # the clients register at once, each its topics in turn
             list(pool.map(advertise_all, clients))
         if args.announce:  # registered by a first publish each, in the background and batched
-            for client, topics in mine.items():
-                for topic in topics:
-                    client.publish(topic, f"{topic}:0")
-            for client in clients:
-                if not client.publisher.advertiser.flush(600):
-                    raise SystemExit("the topics' registrations did not finish")
+            todo = {client: list(topics) for client, topics in mine.items()}
+            for _attempt in range(ANNOUNCE_ATTEMPTS):  # a loaded ring may time some out: those go again
+                for client, topics in todo.items():
+                    for topic in topics:
+                        client.publish(topic, f"{topic}:0")
+                for client in clients:
+                    if not client.publisher.advertiser.flush(600):
+                        raise SystemExit("the topics' registrations did not finish")
+                todo = {client: [t for t in topics if t in unregistered] for client, topics in mine.items()}
+                unregistered.clear()
+                if not any(todo.values()):
+                    break
+            else:
+                raise SystemExit(f"{sum(map(len, todo.values()))} topics could not be registered")
         tmp = Path(args.ready + ".tmp")
         tmp.write_text(json.dumps([c.id for c in clients]))
         os.replace(tmp, args.ready)
