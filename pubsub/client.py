@@ -164,7 +164,8 @@ class Client:
                              on_delivered=self._traced if self._trace is not None else None, client_id=self.id,
                              receive_hwm=receive_hwm)
             self.registrar = Registrar(via, self.context, setup, heartbeat)
-            self.patterns = PatternWatches(self.id, self.registrar.register, self.registrar.unregister)
+            self.patterns = PatternWatches(self.id, self.registrar.register, self.registrar.unregister,
+                                           self.io.together)
             self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
                                        heartbeat, timeout, self._check_open)
             self.publisher.on_dead_letter = self._dead_letter

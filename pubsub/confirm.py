@@ -9,9 +9,13 @@ asked again, with backoff; a publisher that does not answer is given up on (it i
 to be), and the subscription returns anyway at its deadline, saying which publishers did not
 confirm.
 
-Probe requests to one publisher are windowed (PROBE_WINDOW in flight, the rest queued in order): a
-pattern that matches 10,000 topics of one publisher at once sent 10,000 requests together, the
-publisher answered them slower than their timeout, and every retry added to the pile. A probe's
+Probe requests to one publisher are batched and windowed: the topics asked about in one turn of the
+io loop go together (`probes`, up to PROBE_BATCH topics a request), at most PROBE_WINDOW requests
+await their reply, and the rest wait their turn in order. A pattern that matches 10,000 topics of one
+publisher at once sent 10,000 requests together, the publisher answered them slower than their
+timeout, and every retry added to the pile; one at a time in a window, they still cost a round trip
+and a request's handling each. A publisher of an older version, which knows no `probes`, is asked one
+topic a request (`probe`). A probe's
 reply also names the topic's newest seq, which is where a stream joining a running publisher starts
 (`Stream.start_on_probe`): asked on its own, outside the window, those 10,000 questions piled up the
 same way (their answers timed out, and the streams started from seq 1, fetching what no one owed them).
@@ -22,7 +26,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -33,8 +37,10 @@ from pubsub.subscription import Stream, TopicState
 log = logging.getLogger(__name__)
 
 PROBE_RETRY = 0.02  # seconds before a probe that did not come is asked again (doubling, to 0.5 s)
-PROBE_WINDOW = 64  # probe requests awaiting their reply at one publisher; the rest wait their turn here
-PROBE_QUEUE = 100_000  # probe requests waiting for the window at one publisher; beyond, a stream goes unconfirmed
+PROBE_WINDOW = 8  # probe requests awaiting their reply at one publisher; the rest wait their turn here
+PROBE_BATCH = 256  # topics one probe request asks about (the publisher's `probes` takes up to MAX_HEADS)
+PROBE_QUEUE = 100_000  # topics waiting for the window at one publisher; beyond, a stream goes unconfirmed
+MAX_SINGLES = 1024  # publishers remembered as asked one topic a request (a version without `probes`)
 
 
 @dataclass
@@ -61,7 +67,8 @@ class Confirmations:
         self.waiters: dict[str, Waiter] = {}
         self._deadlines: list[tuple[float, str]] = []  # (deadline, topic) of the waiters: a heap
         self.in_flight: dict[str, int] = {}  # publisher's service endpoint -> probe requests unanswered
-        self.queued: dict[str, deque[Callable[[], None]]] = {}  # -> requests waiting for the window
+        self.queued: dict[str, deque[tuple[str, Callable[[Reply], None]]]] = {}  # -> topics not yet asked
+        self.singles: OrderedDict[str, None] = OrderedDict()  # publishers that do not know `probes`
 
     def wait(self, ts: TopicState, streams: list[Stream], future: Future, result: object, timeout: float) -> None:
         # a publisher that is gone and served by its archive (no PUB endpoint) sends nothing live:
@@ -164,30 +171,65 @@ class Confirmations:
             self._ask(st.entry.repair, ts.topic, on_reply)
 
     def _ask(self, endpoint: str, topic: str, on_reply: Callable[[Reply], None]) -> None:
-        """One probe request to `endpoint`, once fewer than PROBE_WINDOW of ours await its answer."""
-        if self.in_flight.get(endpoint, 0) >= PROBE_WINDOW:
-            waiting = self.queued.setdefault(endpoint, deque())
-            if len(waiting) >= PROBE_QUEUE:
-                on_reply(Reply(False, err=f"{PROBE_QUEUE} probe requests wait at this publisher already"))
-                return
-            waiting.append(lambda: self._ask(endpoint, topic, on_reply))
+        """Ask `endpoint` for a probe on `topic`: with the other topics asked for this turn, in one request
+        once fewer than PROBE_WINDOW of ours await its answer."""
+        waiting = self.queued.get(endpoint)
+        if waiting is None:
+            waiting = self.queued[endpoint] = deque()
+            self.later(0, lambda: self._send(endpoint))  # after this turn: what it asks for goes together
+        if len(waiting) >= PROBE_QUEUE:
+            on_reply(Reply(False, err=f"{PROBE_QUEUE} probe requests wait at this publisher already"))
             return
+        waiting.append((topic, on_reply))
 
-        def answered(reply: Reply) -> None:
-            left = self.in_flight[endpoint] - 1
-            if left:
-                self.in_flight[endpoint] = left
+    def _send(self, endpoint: str) -> None:
+        """Send what waits for `endpoint`, PROBE_BATCH topics a request, while the window allows."""
+        waiting = self.queued.get(endpoint)
+        while waiting and self.in_flight.get(endpoint, 0) < PROBE_WINDOW:
+            self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
+            if endpoint in self.singles:
+                topic, on_reply = waiting.popleft()
+                self.rpc.send(endpoint, "probe", timeout=1.0, topic=topic,
+                              on_reply=lambda reply, o=on_reply: self._answered(endpoint, [], reply, o))
+                continue
+            batch = [waiting.popleft() for _ in range(min(PROBE_BATCH, len(waiting)))]
+            self.rpc.send(endpoint, "probes", on_reply=lambda reply, b=batch: self._answered(endpoint, b, reply),
+                          timeout=1.0, topics=[topic for topic, _ in batch])
+        if waiting is not None and not waiting:
+            del self.queued[endpoint]
+
+    def _answered(self, endpoint: str, batch: list[tuple[str, Callable[[Reply], None]]], reply: Reply,
+                  single: Callable[[Reply], None] | None = None) -> None:
+        left = self.in_flight[endpoint] - 1
+        if left:
+            self.in_flight[endpoint] = left
+        else:
+            del self.in_flight[endpoint]
+        if single is not None:
+            single(reply)
+        elif not reply.ok and "unknown op 'probes'" in (reply.err or ""):  # a publisher of an older version
+            self.singles[endpoint] = None
+            while len(self.singles) > MAX_SINGLES:
+                self.singles.popitem(last=False)
+            self.queued.setdefault(endpoint, deque()).extendleft(reversed(batch))  # asked again, one by one
+        else:
+            self._dispatch(batch, reply)
+        if endpoint in self.queued:
+            self._send(endpoint)
+
+    @staticmethod
+    def _dispatch(batch: list[tuple[str, Callable[[Reply], None]]], reply: Reply) -> None:
+        """Each topic of a `probes` request its own reply, as `probe` would have given it."""
+        token, lasts, refused = reply.get("token"), reply.get("lasts"), reply.get("refused")
+        if reply.ok and not (isinstance(lasts, dict) and isinstance(refused, dict)):
+            reply = Reply(False, err="a malformed probes reply")
+        for topic, on_reply in batch:
+            if not reply.ok:
+                on_reply(reply)
+            elif topic in lasts:
+                on_reply(Reply(True, {"token": token, "last": lasts[topic]}))
             else:
-                del self.in_flight[endpoint]
-            waiting = self.queued.get(endpoint)
-            if waiting:
-                waiting.popleft()()
-                if not waiting:
-                    del self.queued[endpoint]
-            on_reply(reply)
-
-        self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
-        self.rpc.send(endpoint, "probe", on_reply=answered, timeout=1.0, topic=topic)
+                on_reply(Reply(False, err=str(refused.get(topic, "the publisher left the topic unanswered"))))
 
     def _unconfirmable(self, ts: TopicState, st: Stream, why: str) -> None:
         waiter = self.waiters.get(ts.topic)

@@ -27,8 +27,9 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 import zmq
@@ -116,6 +117,7 @@ class IoLoop:
         self._next_group_tick = 0.0
         self._next_policy_check = 0.0
         self.mailbox = Mailbox()
+        self._held = threading.local()  # `together`: the calls a thread holds back until its block ends
         publishing.runs.wake = self.mailbox.wake  # a coalesced run that did not fill is sent by us, soon
         self._stopping = threading.Event()
         self._poller = zmq.Poller()
@@ -138,7 +140,28 @@ class IoLoop:
     # -- other threads' door -------------------------------------------------------------------------
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the io thread, soon (thread-safe)."""
-        self.mailbox.call(fn)
+        held = getattr(self._held, "calls", None)
+        if held is not None:
+            held.append(fn)
+        else:
+            self.mailbox.call(fn)
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The calls this thread makes inside the block run on the io thread in one go, with nothing
+        received between them: two patterns of ours that meet a new topic in one announcement both take
+        it before its first message is delivered (one after the other, the second missed what the io
+        loop delivered to the first in between)."""
+        if getattr(self._held, "calls", None) is not None:
+            yield  # within an outer block: its calls go with the outer ones
+            return
+        held: list[Callable[[], None]] = []
+        self._held.calls = held
+        try:
+            yield
+        finally:
+            self._held.calls = None
+            self.mailbox.call_all(held)
 
     def wake(self) -> None:
         self.mailbox.wake()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,12 @@ class Mailbox:
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the owning thread, soon (any thread)."""
-        self._calls.append(fn)
+        self.call_all((fn,))
+
+    def call_all(self, fns: Iterable[Callable[[], None]]) -> None:
+        """Run each of `fns` on the owning thread, in order and in one go: the owner's `run` takes them
+        all in the same turn (they are queued at once), each failing on its own."""
+        self._calls.extend(fns)
         if not self._woken:  # one wake in the pipe is enough (the owner clears this before it runs the calls)
             self._woken = True
             self.wake()

@@ -23,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 
 import msgpack
 
@@ -206,8 +207,12 @@ class PatternWatches:
     which hand their work to it."""
 
     def __init__(self, client_id: str, register: Callable[[Registration], None],
-                 unregister: Callable[[str, str], None]) -> None:
+                 unregister: Callable[[str, str], None],
+                 together: Callable[[], AbstractContextManager] = nullcontext) -> None:
+        """`together`: a block whose io-loop calls run in one go (IoLoop.together): the followers of one
+        record take a topic its announcement brings at once, none before the others."""
         self.client_id = client_id
+        self._together = together
         self._register, self._unregister = register, unregister
         self.followers: dict[str, dict[str, PatternFollower]] = {}  # record -> pattern -> follower
         self.indexes: dict[str, Announcements] = {}  # record -> what it announces
@@ -242,8 +247,10 @@ class PatternWatches:
                 touched = index.replace(reg.fields or {})
             else:
                 touched = index.apply(*reg.delta)
-            for f in followers:
-                f.refresh(touched if reg.delta is not None or f.first_read.done() else set(index.by_topic), index)
+            with self._together():
+                for f in followers:
+                    f.refresh(touched if reg.delta is not None or f.first_read.done() else set(index.by_topic),
+                              index)
 
         def refused(_reg: Registration, err: str) -> None:
             """A policy refused the field: the patterns still waiting to be placed are refused (the

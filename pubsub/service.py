@@ -110,6 +110,7 @@ SERVICE_SCHEMAS: wire.Schemas = {
     "range": {"topic": (wire.string(MAX_TOPIC_CHARS), True), "from": (wire.uint, True),
               "to": (wire.optional(wire.uint), False)},
     "probe": {"topic": (wire.string(MAX_TOPIC_CHARS), True)},
+    "probes": {"topics": (_topics, True)},  # a probe on each (a subscriber confirming many topics at once)
     "heads": {"topics": (_topics, True)},  # the newest seq of each (reliable subscribers' tail checks)
     "acks": {"items": (_acks, True)},  # durable subscribers' committed positions (acknowledged retention)
     # consumer groups (pubsub/groups.py): a member joins, acks (each renews its lease), leaves
@@ -164,6 +165,8 @@ class Service:
             return {"lasts": {t: r["last"] for t in req["topics"]
                               if self.publishing.refusal(principal, t, "history") is None
                               and (r := self.publishing.serve(t, "last")) is not None}}
+        if op == "probes":
+            return self._probes(req["principal"], req["topics"])
         topic = req["topic"]
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
@@ -183,6 +186,22 @@ class Service:
         if result is None:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
         return result
+
+    def _probes(self, principal: str | None, topics: list[str]) -> dict:
+        """`probe` for many topics: each one's newest seq, or why it gets no probe; one token for all (the
+        probes go out together once every request waiting is answered)."""
+        lasts: dict[str, int | None] = {}
+        refused: dict[str, str] = {}
+        for topic in topics:
+            if topic not in self.publishing.publications:
+                refused[topic] = f"{self.endpoint} does not publish {topic!r}"
+            elif (refusal := self.publishing.refusal(principal, topic, "probe")) is not None:
+                refused[topic] = refusal
+            else:
+                newest = self.publishing.serve(topic, "last")
+                lasts[topic] = None if newest is None else newest["last"]
+                self._probe_topics.add(topic)
+        return {"token": self.publishing.next_probe_token(), "lasts": lasts, "refused": refused}
 
     def _group(self, op: str, req: dict) -> dict:
         groups, principal = self.publishing.groups, req["principal"]

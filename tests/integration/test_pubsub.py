@@ -248,16 +248,18 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
     --history) is owed from the message after its newest: 1..5, sent before it came, cannot be repaired
     and are not its dead letters. The publisher's probe replies do not name its newest seq (as a
     publisher of an older version's would not), and, too busy, it drops the first ask for it that
-    follows: the subscriber asks again rather than starting owed from seq 1.
+    follows: the subscriber asks again rather than starting owed from seq 1. (An older publisher knows no
+    `probes` either: it is asked one topic a request.)
 
-    To see it fail, ask once (`HEAD_TRIES = 1`): the subscriber dead-letters 1..5."""
+    To see it fail, ask once (`HEAD_TRIES = 1`): the subscriber dead-letters 1..5; or never fall back to
+    `probe` (`Confirmations._answered` ignoring "unknown op"): the subscription is never confirmed."""
     via = ring.nodes[5].endpoint
     dead: list = []
     with Client(via, heartbeat=0.3) as publisher, Client(via, heartbeat=0.3, on_dead_letter=dead.append) as client:
         publisher.advertise("plain-running")  # registered: what it publishes now goes out at once, to nobody
         for i in range(5):
             publisher.publish("plain-running", f"before {i}")
-        server, dropped = publisher.io.service.server, []
+        server, dropped, ops = publisher.io.service.server, [], []
         handle_frames = server.handle_frames
 
         def busy_once(frames: list[bytes], principal: str | None = None) -> list[bytes] | None:
@@ -265,6 +267,7 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
                 op = msgpack.unpackb(frames[-1], raw=False).get("op")
             except Exception:  # noqa: BLE001 - not ours to judge: the server answers it
                 op = None
+            ops.append(op)
             if op == "last" and not dropped:
                 dropped.append(frames)
                 return None  # never answered: the asker's timeout runs out
@@ -276,6 +279,7 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
             return reply
 
         monkeypatch.setattr(server, "handle_frames", busy_once)
+        monkeypatch.setattr(server, "schemas", {op: s for op, s in server.schemas.items() if op != "probes"})
         sub = client.subscribe("plain-running", reliable=True)
         for i in range(3):
             publisher.publish("plain-running", f"after {i}")
@@ -288,6 +292,7 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
 
         wait_for(three, 20, what="the three messages sent after the subscription")
     assert dropped, "the publisher was never asked for its newest seq"
+    assert "probe" in ops, "a publisher that knows no `probes` is asked one topic a request"
     assert [(m.seq, m.first_owed, m.text) for m in got] == [(6 + i, 6, f"after {i}") for i in range(3)]
     assert not dead and sub.lost == 0
 
