@@ -55,7 +55,8 @@ def lapsed(logs: Path) -> list[str]:
 
 
 def looks(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    """The scaler's JSON lines so far (a last line still being written is not one yet)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{") and line.endswith("}")]
 
 
 def test_autoscale_splits_the_hot_arc_loses_nothing_and_shrinks_back(ring_factory, procs, tmp_path):

@@ -31,7 +31,10 @@ STREAM = 200  # reliable messages published while the ring grows
 
 
 def looks(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")] if path.exists() else []
+    """The scaler's JSON lines so far (a last line still being written is not one yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{") and line.endswith("}")]
 
 
 def wait_log(path: Path, done, timeout: float, what: str) -> list[dict]:  # noqa: ANN001 - looks -> bool
