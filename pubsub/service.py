@@ -168,15 +168,16 @@ class Service:
         if op == "probes":
             return self._probes(req["principal"], req["topics"])
         topic = req["topic"]
+        if op == "probe":  # one topic's: with its newest seq, every message up to which goes out before the probe
+            out = self._probes(req["principal"], [topic])
+            if topic in out["refused"]:
+                raise Refused(out["refused"][topic])
+            return {"token": out["token"], "last": out["lasts"][topic]}
         if topic not in self.publishing.publications:
             raise Refused(f"{self.endpoint} does not publish {topic!r}")
-        refusal = self.publishing.refusal(req["principal"], topic, "history" if req["op"] != "probe" else "probe")
+        refusal = self.publishing.refusal(req["principal"], topic, "history")
         if refusal is not None:
             raise Refused(refusal)
-        if req["op"] == "probe":  # with the topic's newest seq: every message up to it goes out before the probe
-            newest = self.publishing.serve(topic, "last")
-            self._probe_topics.add(topic)
-            return {"token": self.publishing.next_probe_token(), "last": None if newest is None else newest["last"]}
         if req["op"] == "figures":  # the publication's own, for `topic info`: its msg-id window (pubsub/dedup.py)
             with self.publishing.lock:
                 pub = self.publishing.publications.get(topic)
