@@ -1,12 +1,17 @@
 """A test relay between a publisher and its subscribers that drops messages: the loss the issue's
 acceptance tests induce (TCP over loopback loses nothing by itself).
 
-It subscribes to the publisher's PUB socket and republishes on its own; the publisher's record
-names the link's endpoint instead of its own (`publisher.publishing.endpoint = link.endpoint`
-before `advertise`), so subscribers connect through it. It drops each message with probability
-`rate`, every seq in `drop_run`, and everything while `cut` is set; probes always pass (they are
-how a subscriber knows its filter is in place). A coalesced run is judged message by message, and
-what passes goes on as single messages.
+It republishes the publisher's messages on a socket of its own; the publisher's record names the
+link's endpoint instead of its own (`publisher.publishing.endpoint = link.endpoint` before
+`advertise`), so subscribers connect through it. Each subscriber's filter for the topic goes up
+through the link as it comes (an XSUB/XPUB pair), so the publisher sees it only once that subscriber
+has connected, as across a real network: a link that subscribed upstream on its own, before anyone
+connected, let a publisher waiting for its subscribers' filters send at once (a durable subscriber's
+first messages went out before its position reached the publisher, and were not retained for it).
+
+It drops each message with probability `rate`, every seq in `drop_run`, and everything while `cut`
+is set; probes always pass (they are how a subscriber knows its filter is in place). A coalesced run
+is judged message by message, and what passes goes on as single messages.
 
 `TcpForward` moves a TCP port's bytes to another and back (a ZeroMQ request socket behind it does not
 notice), and can `hold` them: with a LossyLink, a network between a publisher and its subscribers
@@ -30,13 +35,14 @@ class LossyLink:
                  seed: int = 3, bind: str | None = None) -> None:
         """`bind`: "host:port" to listen on (a free port of 127.0.0.1 by default)."""
         ctx = zmq.Context.instance()
-        self.sub = ctx.socket(zmq.SUB)
+        self.filter = topic_filter(topic)
+        self.sub = ctx.socket(zmq.XSUB)
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, topic_filter(topic))
         self.sub.connect(f"tcp://{upstream}")
-        self.pub = ctx.socket(zmq.PUB)
+        self.pub = ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscriber's filter, as the publisher counts them
         if bind is None:
             self.endpoint = f"127.0.0.1:{self.pub.bind_to_random_port('tcp://127.0.0.1')}"
         else:
@@ -54,17 +60,35 @@ class LossyLink:
         self.thread.start()
 
     def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sub, zmq.POLLIN)
+        poller.register(self.pub, zmq.POLLIN)
         while not self.stop.is_set():
-            if not self.sub.poll(50):
-                continue
-            while True:
-                try:
-                    frame = self.sub.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                decoded = decode_frame(frame, probes=True)
-                for env in decoded.envelopes() if isinstance(decoded, Run) else [decoded]:
-                    self._pass(env)
+            ready = dict(poller.poll(50))
+            if self.pub in ready:
+                self._subscriptions()
+            if self.sub in ready:
+                self._messages()
+
+    def _subscriptions(self) -> None:
+        """Subscribers' filters for the topic go up (other filters: the link carries only the topic)."""
+        while True:
+            try:
+                msg = self.pub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if msg[1:] == self.filter:
+                self.sub.send(msg)
+
+    def _messages(self) -> None:
+        while True:
+            try:
+                frame = self.sub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            decoded = decode_frame(frame, probes=True)
+            for env in decoded.envelopes() if isinstance(decoded, Run) else [decoded]:
+                self._pass(env)
 
     def _pass(self, env: Envelope) -> None:
         """Let one message through, or drop it (a coalesced run is judged message by message)."""

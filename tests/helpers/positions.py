@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from chordpub.launcher import NodeProcess
 from dht.client import DhtClient
+from dht.transport import RpcClient
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,18 @@ def total(ring_nodes: Iterable[NodeProcess], via: str, field: str = "stored") ->
     """A figure of `info` summed over every position of `ring_nodes`."""
     with DhtClient(via) as client:
         return sum(client.info(p.endpoint)[field] for p in positions(ring_nodes))
+
+
+def rounds_of(where: list, field: str = "rounds") -> list[int]:
+    """The maintenance rounds each of these positions has run so far (or the `field` of its info
+    that counts in rounds), asked of all at once over one socket (RpcClient.send): asked one after
+    another, or each over a socket of its own on a loaded machine, the first would have run rounds
+    more by the time the last answers, and the rounds counted from the kill would include them."""
+    replies: dict[int, object] = {}
+    with RpcClient(timeout=5.0) as rpc:
+        for i, p in enumerate(where):
+            rpc.send(p.endpoint, "info", on_reply=lambda reply, i=i: replies.__setitem__(i, reply))
+        rpc.serve_until(lambda: len(replies) == len(where))
+    failed = [where[i].endpoint for i, r in replies.items() if not r.ok]
+    assert not failed, f"no info from {failed}"
+    return [replies[i].body[field] for i in range(len(where))]

@@ -35,10 +35,9 @@ import pytest
 from chordpub.launcher import LocalRing, NodeProcess, wait_for
 from dht.client import DhtClient
 from dht.ids import key_id
-from dht.transport import RpcClient
 from tests.conftest import jsonl
 from tests.helpers.positions import ids as position_ids
-from tests.helpers.positions import positions, survivable_kills, total
+from tests.helpers.positions import positions, rounds_of, survivable_kills, total
 
 PERIOD = 0.5  # stabilization period of the chaos rings (seconds)
 HEARTBEAT = 0.5  # (c)'s clients: a topic's owner killed is followed within a few of these
@@ -202,21 +201,6 @@ def test_killing_a_quarter_heals_within_five_periods_and_loses_nothing(ring_fact
         assert sub_report["received"] == sub_report["expected"] and sub_report["duplicates"] == 0, mode
         assert sub_report["gaps"] == 0, mode
         assert sub_report["last_second_repaired"] == 0, f"{mode}: the stream is live again after the kill"
-
-
-def rounds_of(where: list, field: str = "rounds") -> list[int]:
-    """The maintenance rounds each of these positions has run so far (or the `field` of its info
-    that counts in rounds), asked of all at once over one socket (RpcClient.send): asked one after
-    another, or each over a socket of its own on a loaded machine, the first would have run rounds
-    more by the time the last answers, and the rounds counted from the kill would include them."""
-    replies: dict[int, object] = {}
-    with RpcClient(timeout=5.0) as rpc:
-        for i, p in enumerate(where):
-            rpc.send(p.endpoint, "info", on_reply=lambda reply, i=i: replies.__setitem__(i, reply))
-        rpc.serve_until(lambda: len(replies) == len(where))
-    failed = [where[i].endpoint for i, r in replies.items() if not r.ok]
-    assert not failed, f"no info from {failed}"
-    return [replies[i].body[field] for i in range(len(where))]
 
 
 def start_reliable_pair(tmp_path, via: str, count: int, mode: str,  # noqa: ANN001

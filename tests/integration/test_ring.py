@@ -12,7 +12,7 @@ from chordpub.launcher import wait_for
 from dht.client import DhtClient
 from dht.ids import key_id, owner_of
 from tests.conftest import PERIOD
-from tests.helpers.positions import copies, positions, survivable_kills, total
+from tests.helpers.positions import copies, positions, rounds_of, survivable_kills, total
 
 
 def grow(ring, n: int) -> None:
@@ -23,14 +23,27 @@ def grow(ring, n: int) -> None:
 
 
 def test_sixteen_successive_joins_become_consistent_and_fingers_exact(ring_factory, record_property):
+    """Consistent within 10 stabilization periods of the last join, fingers and successor lists exact
+    within 20: periods counted as the nodes' own maintenance rounds (their `info`), from the last join
+    to the round that set the last node's links right, and to the check that found every finger
+    exact. On a machine too loaded to keep a round's pace, wall time would measure the machine (a
+    loaded suite took 2 s of wall time for what the nodes did in a few rounds); the wall-time waits
+    below only bound a test that never converges."""
     ring = ring_factory()
     grow(ring, 16)
-    report, took = ring.wait_consistent(timeout=10 * PERIOD * ring.nodes[0].vnodes)
+    everyone = positions(ring.nodes)
+    at_join = rounds_of(everyone)
+    report, took = ring.wait_consistent(timeout=60)
     assert report["nodes"] == ring.positions and report["processes"] == 16
-    record_property("consistent_after_periods", round(took / PERIOD, 1))
-    report, took_f = ring.wait_consistent(timeout=20 * PERIOD * ring.nodes[0].vnodes, fingers=True)
+    settled = rounds_of(everyone, "links_changed_round")
+    consistent_after = max(0, *(b - a for a, b in zip(at_join, settled, strict=True)))
+    record_property("consistent_after_periods", consistent_after)
+    assert consistent_after <= 10, f"consistent {consistent_after} rounds after the last join ({took:.2f} s)"
+    report, took_f = ring.wait_consistent(timeout=120, fingers=True)
     assert report["fingers_correct"] == 1.0
-    record_property("fingers_exact_after_periods", round((took + took_f) / PERIOD, 1))
+    exact_after = max(b - a for a, b in zip(at_join, rounds_of(everyone), strict=True))
+    record_property("fingers_exact_after_periods", exact_after)
+    assert exact_after <= 20, f"fingers exact {exact_after} rounds after the last join ({took + took_f:.2f} s)"
 
 
 def test_lookups_return_the_true_owner_in_about_half_log_n_hops(ring_factory):
