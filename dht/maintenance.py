@@ -321,7 +321,9 @@ class Maintainer(FingerMaintenance, Replication):
         node = self.node
         now = min(time.time(), node.server.caught_up())
         with node.lock:
-            gone = node.records.expired(now, self.routing.owns_strictly)
+            pred = self.routing.predecessor
+            gone = node.records.expired(now, self.routing.owns_strictly,
+                                        arc=(self.routing.alone, pred.id if pred is not None else None))
             if gone:  # one line a round: a client gone with thousands of fields is one event, not thousands
                 named = ", ".join(f"{n} on {k!r}" for k, n in map(split_field_key, gone[:LAPSES_NAMED]))
                 more = f" and {len(gone) - LAPSES_NAMED} more" if len(gone) > LAPSES_NAMED else ""

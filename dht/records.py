@@ -29,6 +29,7 @@ What makes an owner cheap:
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ TAKEOVER_LEASES = 3  # a field a node has just come to own is kept this many of 
 OPS = ("set", "renew", "del")
 NOT_OWNER = "not the owner"
 MISSING = "missing"  # renew of a field the owner does not hold: the client sends it whole again
+DUE_SLACK = 1024  # stale deadlines (renewed since) the heap of leases may hold beyond one per lease
 READ_PAGE = 1000  # fields one item's read returns at most; "more" and "after" say where to go on
 REPLY_BUDGET = 512 * 1024  # bytes of fields one reply carries at most (a frame holds 1 MiB)
 
@@ -120,6 +122,11 @@ class RecordTable:
         self.by_ns: dict[tuple[str, str], dict[str, FieldValue]] = {}  # (key, namespace) -> its fields
         self.epochs: dict[str, dict[str, int]] = {}  # key -> namespace -> epoch (a key's go with it at once)
         self.leases: dict[str, float] = {}  # composite key -> wall-clock expiry (owned fields only)
+        # the same deadlines as a heap, soonest first, so that a round looks only at what is due: a
+        # renewal pushes its new deadline and leaves the old one to be skipped when it comes up
+        self._due: list[tuple[float, str]] = []
+        self._unleased: set[str] = set()  # fields written since the last look and never leased here
+        self._arc: object = None  # the arc `expired` last looked at every field for
 
     # -- kept in step with the Store ------------------------------------------------------------------
     def observe(self, composite: str, raw: bytes | None, version: int) -> None:
@@ -145,11 +152,14 @@ class RecordTable:
                     del self.fields[key]
                     self.epochs.pop(key, None)
             self.leases.pop(composite, None)
+            self._unleased.discard(composite)
             return
         try:
             fv = FieldValue.decode(raw)
         except ValueError:
             return  # never written by a node of ours; ignored rather than served
+        if composite not in self.leases:
+            self._unleased.add(composite)
         self.fields.setdefault(key, {})[name] = fv
         self.by_ns.setdefault(ek, {})[name] = fv
 
@@ -158,6 +168,16 @@ class RecordTable:
         self.by_ns.clear()
         self.epochs.clear()
         self.leases.clear()
+        self._due.clear()
+        self._unleased.clear()
+        self._arc = None
+
+    def _lease(self, composite: str, expires: float) -> None:
+        self.leases[composite] = expires
+        heapq.heappush(self._due, (expires, composite))
+        if len(self._due) > 2 * len(self.leases) + DUE_SLACK:  # renewals left that many stale deadlines
+            self._due = [(e, c) for c, e in self.leases.items()]
+            heapq.heapify(self._due)
 
     # -- reads ------------------------------------------------------------------------------------------
     def _scope(self, key: str, prefix: str) -> dict[str, FieldValue]:
@@ -207,14 +227,14 @@ class RecordTable:
                 fv = FieldValue(item["val"], min(item.get("ttl", 0) or 0, MAX_TTL))
                 if fv.ttl <= 0:
                     return Applied({"ok": False, "err": "set needs a ttl"})
-                self.leases[composite] = now + fv.ttl
+                self._lease(composite, now + fv.ttl)
                 if held != fv:
                     out.write = (composite, fv.encode())
                     out.news = held is None or held.value != fv.value
             elif op == "renew":
                 if held is None:
                     return Applied({"ok": False, "err": MISSING})
-                self.leases[composite] = now + min(item.get("ttl") or held.ttl, MAX_TTL)
+                self._lease(composite, now + min(item.get("ttl") or held.ttl, MAX_TTL))
             else:  # del
                 self.leases.pop(composite, None)
                 if held is not None:
@@ -240,10 +260,34 @@ class RecordTable:
             reply["names"] = sorted(n for n in self.fields.get(key, {}) if n.startswith(item["names"]))
         return reply
 
-    def expired(self, now: float, owns) -> list[str]:  # noqa: ANN001 - owns(key_id) -> bool
+    def expired(self, now: float, owns, arc: object = None) -> list[str]:  # noqa: ANN001 - owns(key_id) -> bool
         """Composite keys of owned fields whose lease has passed. A field owned but never leased here
         (this node has just come to own it) gets a fresh lease instead, TAKEOVER_LEASES long. Leases
-        of fields this node no longer owns are forgotten."""
+        of fields this node no longer owns are forgotten.
+
+        `arc` names what `owns` answers for (the owner's predecessor): while it stays the same, a
+        round looks only at the deadlines that are due and at the fields written since the last round,
+        not at every field (10,000 topics' fields walked every round were a fifth of a loaded node's
+        CPU); when it changes, or without one, every field is looked at."""
+        if arc is None or arc != self._arc:
+            self._arc = arc
+            return self._look_at_all(now, owns)
+        for composite in self._unleased:
+            key, name = split_field_key(composite)
+            fv = self.fields.get(key, {}).get(name)
+            if fv is not None and composite not in self.leases and owns(key_id(key, self.bits)):
+                self._lease(composite, now + TAKEOVER_LEASES * fv.ttl)
+        self._unleased.clear()
+        gone: dict[str, float] = {}  # (a deadline pushed twice, by two renewals to the same moment, is one)
+        while self._due and self._due[0][0] <= now:
+            expires, composite = heapq.heappop(self._due)
+            if self.leases.get(composite) == expires:
+                gone[composite] = expires
+        for composite, expires in gone.items():  # due again next round, unless the caller deletes the field
+            heapq.heappush(self._due, (expires, composite))
+        return list(gone)
+
+    def _look_at_all(self, now: float, owns) -> list[str]:  # noqa: ANN001
         gone: list[str] = []
         owned_keys: dict[str, bool] = {}
         for key, fields in self.fields.items():
@@ -261,6 +305,9 @@ class RecordTable:
                     gone.append(composite)
         for composite in [c for c in self.leases if not owned_keys.get(split_field_key(c)[0], False)]:
             del self.leases[composite]
+        self._due = [(e, c) for c, e in self.leases.items()]
+        heapq.heapify(self._due)
+        self._unleased.clear()
         return gone
 
 
