@@ -7,9 +7,9 @@
 - `ring check`, `ring watch`, `node info` and the metrics show the positions and the processes.
 
 To see it fail: make `replica_targets` in dht/replication.py return `successors[:count]` (copies on the
-owner's own process's positions): the two killed processes take keys with them ("keys owned 99.. of
-10000"); make `ChordHost._handle` ignore `at` (every request to position 0): the ring never becomes
-consistent.
+owner's own process's positions): "keys whose three copies are not on three processes" (and, when the
+two killed processes held all of a key's copies, the keys they take with them); make
+`ChordHost._handle` ignore `at` (every request to position 0): the ring never becomes consistent.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dht.client import DhtClient
 from dht.ids import key_id
 from dht.transport import RpcClient
 from tests.conftest import one_error_line, run_cli
-from tests.helpers.positions import owner, positions, total
+from tests.helpers.positions import copies, owner, positions, total
 from tests.helpers.prometheus import scrape, value
 
 KEYS = 10_000
@@ -59,6 +59,38 @@ def put_all(ring_nodes, keys: list[str]) -> None:  # noqa: ANN001 - NodeProcess 
     assert not refused, refused[:5]
 
 
+def holders(ring_nodes, keys: list[str]) -> dict[str, list]:  # noqa: ANN001 - NodeProcess list
+    """The positions whose store holds each key, owner or replica (a node answers `get` from its own
+    store), asked of the owner and every position after it up to the last that should hold a copy, or
+    the second after the owner if that is further: where copies sit, right or wrong."""
+    layout = positions(ring_nodes)
+    held: dict[str, list] = {k: [] for k in keys}
+    asks = []
+    for k in keys:
+        at = layout.index(owner(layout, key_id(k)))
+        last = max((layout.index(p) - at) % len(layout) for p in copies(layout, key_id(k), 3))
+        asks += [(k, layout[(at + step) % len(layout)]) for step in range(max(last, 2) + 1)]
+    answered = [0]
+
+    def got(reply, key: str, p) -> None:  # noqa: ANN001 - a Reply, a Position
+        answered[0] += 1
+        assert reply.ok, reply.err
+        if reply.body.get("found"):
+            held[key].append(p)
+
+    with RpcClient(timeout=10.0) as rpc:
+        sent = 0
+        while answered[0] < len(asks):
+            while sent < len(asks) and sent - answered[0] < WINDOW:
+                k, p = asks[sent]
+                rpc.send(p.endpoint, "get", on_reply=lambda r, k=k, p=p: got(r, k, p), key=k)
+                sent += 1
+            if rpc.socket.poll(100, zmq.POLLIN):
+                rpc.on_readable()
+            rpc.expire()
+    return held
+
+
 @pytest.fixture
 def big_ring(ring_factory):
     """At the nodes' default period (0.5 s), not the tests' 0.2 s: 128 positions each keeping its
@@ -77,6 +109,10 @@ def test_eight_processes_of_sixteen_positions_hold_the_keys_their_ids_say_and_lo
     keys = [f"vkey-{i}" for i in range(KEYS)]
     put_all(ring.nodes, keys)
     wait_for(lambda: total(ring.nodes, via, "stored") == 3 * KEYS, 60, what="three copies of every key")
+    # each on a process of its own: copies on one process's positions die with it together
+    spread = {k: {p.node.endpoint for p in held} for k, held in holders(ring.nodes, keys[:1000]).items()}
+    crowded = {k: len(procs) for k, procs in spread.items() if len(procs) != 3}
+    assert not crowded, f"keys whose three copies are not on three processes: {list(crowded.items())[:5]}"
     layout = positions(ring.nodes)
     expected: dict[str, int] = {p.endpoint: 0 for p in layout}
     for k in keys:
