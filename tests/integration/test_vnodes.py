@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 import zmq
@@ -33,29 +34,41 @@ KEYS = 10_000
 WINDOW = 256  # puts in flight at once
 
 
+def ask_all(asks: list[tuple[str, str, dict, Callable]]) -> None:
+    """Send every (endpoint, op, fields, on_reply) with WINDOW requests in flight at once, until all
+    are answered (a reply not come within the client's timeout is answered as an error)."""
+    answered = [0]
+
+    def counted(on_reply: Callable) -> Callable:
+        def take(reply) -> None:  # noqa: ANN001 - a Reply
+            answered[0] += 1
+            on_reply(reply)
+        return take
+
+    with RpcClient(timeout=10.0) as rpc:
+        sent = 0
+        while answered[0] < len(asks):
+            while sent < len(asks) and sent - answered[0] < WINDOW:
+                endpoint, op, fields, on_reply = asks[sent]
+                rpc.send(endpoint, op, on_reply=counted(on_reply), **fields)
+                sent += 1
+            if rpc.socket.poll(100, zmq.POLLIN):
+                rpc.on_readable()
+            rpc.expire()
+
+
 def put_all(ring_nodes, keys: list[str]) -> None:  # noqa: ANN001 - NodeProcess list
     """Each key straight to the position its id says owns it, many requests in flight: a position
     refuses a key it does not own, so every put that succeeds was placed by the ring's own view."""
     ring = positions(ring_nodes)
     refused: list[str] = []
-    with RpcClient(timeout=10.0) as rpc:
-        pending = list(keys)
-        in_flight = [0]
 
-        def done(reply, key: str) -> None:  # noqa: ANN001 - a Reply
-            in_flight[0] -= 1
-            if not reply.ok:
-                refused.append(f"{key}: {reply.err}")
+    def done(reply, key: str) -> None:  # noqa: ANN001 - a Reply
+        if not reply.ok:
+            refused.append(f"{key}: {reply.err}")
 
-        while pending or in_flight[0]:
-            while pending and in_flight[0] < WINDOW:
-                key = pending.pop()
-                in_flight[0] += 1
-                rpc.send(owner(ring, key_id(key)).endpoint, "put", on_reply=lambda r, k=key: done(r, k),
-                         key=key, value=key.encode())
-            if rpc.socket.poll(100, zmq.POLLIN):
-                rpc.on_readable()
-            rpc.expire()
+    ask_all([(owner(ring, key_id(k)).endpoint, "put", {"key": k, "value": k.encode()},
+              lambda r, k=k: done(r, k)) for k in keys])
     assert not refused, refused[:5]
 
 
@@ -65,29 +78,23 @@ def holders(ring_nodes, keys: list[str]) -> dict[str, list]:  # noqa: ANN001 - N
     the second after the owner if that is further: where copies sit, right or wrong."""
     layout = positions(ring_nodes)
     held: dict[str, list] = {k: [] for k in keys}
+    failed: list[str] = []
+
+    def got(reply, key: str, p) -> None:  # noqa: ANN001 - a Reply, a Position
+        if not reply.ok:
+            failed.append(f"{key} at {p.endpoint}: {reply.err}")
+        elif reply.body.get("found"):
+            held[key].append(p)
+
     asks = []
     for k in keys:
         at = layout.index(owner(layout, key_id(k)))
         last = max((layout.index(p) - at) % len(layout) for p in copies(layout, key_id(k), 3))
-        asks += [(k, layout[(at + step) % len(layout)]) for step in range(max(last, 2) + 1)]
-    answered = [0]
-
-    def got(reply, key: str, p) -> None:  # noqa: ANN001 - a Reply, a Position
-        answered[0] += 1
-        assert reply.ok, reply.err
-        if reply.body.get("found"):
-            held[key].append(p)
-
-    with RpcClient(timeout=10.0) as rpc:
-        sent = 0
-        while answered[0] < len(asks):
-            while sent < len(asks) and sent - answered[0] < WINDOW:
-                k, p = asks[sent]
-                rpc.send(p.endpoint, "get", on_reply=lambda r, k=k, p=p: got(r, k, p), key=k)
-                sent += 1
-            if rpc.socket.poll(100, zmq.POLLIN):
-                rpc.on_readable()
-            rpc.expire()
+        for step in range(max(last, 2) + 1):
+            p = layout[(at + step) % len(layout)]
+            asks.append((p.endpoint, "get", {"key": k}, lambda r, k=k, p=p: got(r, k, p)))
+    ask_all(asks)
+    assert not failed, failed[:5]
     return held
 
 
