@@ -345,7 +345,9 @@ class IoLoop:
         self.topics[topic] = ts
         self.handles[topic] = taker.handle  # type: ignore[assignment]
         self._reliable_handles = None
-        ts.resume.update(self._resume_at.pop(topic, {}))
+        if (was := self._resume_at.pop(topic, None)) is not None:
+            ts.resume.update(was)
+            taker.handle.pattern.followed_again(topic)  # type: ignore[union-attr]
         self._reconcile(ts, [entry])
 
         def lapsed() -> None:
@@ -574,8 +576,9 @@ class IoLoop:
         self.topics[topic] = ts
         self.handles[topic] = handle
         self._reliable_handles = None
-        if handle.pattern is not None:  # a topic a pattern left and follows again: from where it was
-            ts.resume.update(self._resume_at.pop(topic, {}))
+        if handle.pattern is not None and (was := self._resume_at.pop(topic, None)) is not None:
+            ts.resume.update(was)  # a topic a pattern left and follows again: from where it was
+            handle.pattern.followed_again(topic)
         if ts.mode not in self.subs:
             self.subs[ts.mode] = self._sub_socket()
             self._read(self.subs[ts.mode], True)

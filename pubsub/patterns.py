@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 # WATCHER "pat/<client id>": a client's patterns at a prefix record (dht/subjects.py: the node reads both)
 MAX_PATTERNS = 256  # pattern subscriptions per client
 MAX_TOPICS_PER_PATTERN = 100_000  # topics one pattern subscription follows at most (then it warns)
+RETURNED_NAMES = 1000  # the latest topics a pattern left and followed again, kept by name
 
 
 def announce_field(client_id: str, topic: str) -> str:
@@ -166,6 +168,10 @@ class PatternFollower:
         self.topics: dict[str, list[PublisherEntry]] = {}
         self.first_read: Future = Future()
         self.not_followed = 0  # topics it matched past MAX_TOPICS_PER_PATTERN (each time one was announced)
+        # topics it left once their announcements had lapsed for a lease and followed again when they came
+        # back: what their publishers sent meanwhile is owed only from their retention (else dead letters)
+        self.returned = 0
+        self.returned_names: deque[str] = deque(maxlen=RETURNED_NAMES)
 
     def refresh(self, topics: set[str], index: Announcements) -> None:
         """Follow what `index` now says of `topics` (those a change touched)."""
@@ -191,6 +197,11 @@ class PatternFollower:
                 self._update(topic, entries)
         if not self.first_read.done():
             self.first_read.set_result(sorted(self.topics))
+
+    def followed_again(self, topic: str) -> None:
+        """`topic` was left (announcements lapsed past the grace) and is followed again (io loop)."""
+        self.returned += 1
+        self.returned_names.append(topic)
 
     @property
     def warnings(self) -> list[str]:
