@@ -583,6 +583,10 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             before = rss_kib()
             wait_for(lambda: files["ready"].exists() or proc.poll() is not None, 120,
                      what="the publishers' topics registered")
+            if proc.poll() is not None:
+                said = (tmp_path / "pub.log").read_text(errors="replace")[-800:]
+                raise AssertionError(f"the publishers exited ({proc.returncode}) before their topics were in place: "
+                                     f"{said}")
             print(f"{n} topics registered {time.monotonic() - started:.1f}s after the publisher started")
             t0 = time.monotonic()
             sub = client.subscribe("mem/*", reliable=True, timeout=120)  # every topic read and followed
