@@ -77,6 +77,7 @@ class Registering:
     filters_by: float = 0.0  # for the subscribers' filters, once the answers are in
     subscribers: int = -1  # -1: answers still awaited
     groups: list[dict] = field(default_factory=list)
+    held: int = 0  # of their filters, those our socket held at the last count
 
     def answered(self) -> bool:
         return self.placed.done() and all(w.done() for w in self.watchers)
@@ -87,11 +88,14 @@ class Advertiser:
     needed, ended with the client). `settle(r)` gathers r's answers (raises what the owner said),
     `in_place(topics)` counts the filters at our socket for each (one look for all: a look per topic
     every POLL, with 2,000 topics under way, held the publishing side's lock from the threads that answer
-    probes), `done(r, error)` releases or drops the topic's waiting messages."""
+    probes; the topics counted before are counted again only when a filter came or went since),
+    `done(r, error)` releases or drops the topic's waiting messages."""
 
-    def __init__(self, settle: Callable[[Registering], None], in_place: Callable[[list[str]], dict[str, int]],
+    def __init__(self, settle: Callable[[Registering], None],
+                 in_place: Callable[[list[str], list[str], int], tuple[dict[str, int], int]],
                  done: Callable[[Registering, BaseException | None], None], filter_wait: float) -> None:
         self._settle, self._in_place, self._done = settle, in_place, done
+        self._changes = -1  # the filters' `changes` at the last count (pubsub/publishing.py `in_place_since`)
         self.filter_wait = filter_wait
         self._pending: list[Registering] = []
         self._progress_at = 0.0  # when a registration last found its subscribers' filters in place
@@ -163,6 +167,7 @@ class Advertiser:
         """One look at every registration under way; the ids of those finished."""
         now = time.monotonic()
         finished: set[int] = set()
+        fresh: set[int] = set()  # settled at this look: their filters not counted yet
         for r in pending:
             if r.subscribers >= 0 or (not r.answered() and now < r.deadline):
                 continue
@@ -173,10 +178,16 @@ class Advertiser:
                 finished.add(id(r))
                 continue
             r.filters_by = min(r.deadline, now + self.filter_wait)
+            fresh.add(id(r))
         waiting = [r for r in pending if r.subscribers >= 0 and id(r) not in finished]
-        counts = self._in_place([r.topic for r in waiting if r.subscribers]) if waiting else {}
+        counting = [r for r in waiting if r.subscribers]
+        if counting:
+            counts, self._changes = self._in_place([r.topic for r in counting if id(r) in fresh],
+                                                   [r.topic for r in counting if id(r) not in fresh], self._changes)
+            for r in counting:
+                r.held = counts.get(r.topic, r.held)
         for r in waiting:
-            held = counts.get(r.topic, 0)
+            held = r.held
             if r.subscribers and held < r.subscribers:
                 # past its own wait, a topic still waits while others' filters keep coming: a subscriber
                 # taking thousands of new topics at once is slow, not gone

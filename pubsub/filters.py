@@ -28,6 +28,7 @@ class Filters:
         self._trie = PatternTrie()
         self._heads: dict[str, bytes] = {}  # pattern -> its filter, the head of its frames
         self.version = 0  # moves whenever a pattern comes or goes: publications match their topic again
+        self.changes = 0  # moves whenever any filter comes or goes: counts looked at before may differ now
 
     def message(self, socket: str, msg: bytes) -> None:
         """One message the XPUB socket named `socket` brought up (anything but a filter is ignored)."""
@@ -36,6 +37,7 @@ class Filters:
 
     def seen(self, socket: str, prefix: bytes, on: bool) -> None:
         """A subscriber's filter `prefix` arrived (`on`) or went."""
+        self.changes += 1
         if socket == "direct" and self._groups_filter(prefix, on):
             return
         if socket == "direct" and prefix.startswith(PATTERN_PREFIX):

@@ -60,7 +60,7 @@ class Publisher:
         self._settled = threading.Condition(self._lock)  # one of them is done (a condition for all: an
         # Event per topic cost a first publish a tenth of its time)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
-        self.advertiser = Advertiser(self._settle, self.publishing.in_place_many, self._advertised,
+        self.advertiser = Advertiser(self._settle, self.publishing.in_place_since, self._advertised,
                                      max(LEASE_HEARTBEATS * heartbeat, 3.0))
 
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,

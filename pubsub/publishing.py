@@ -400,14 +400,24 @@ class PublishingSide:
 
     def in_place_many(self, topics: list[str]) -> dict[str, int]:
         """`in_place` of each of `topics`, under one hold of the lock and one read of the filters."""
+        return self.in_place_since(topics, [], -1)[0]
+
+    def in_place_since(self, fresh: list[str], known: list[str], since: int) -> tuple[dict[str, int], int]:
+        """`in_place` of each of `fresh`, and of `known` too unless no filter came or went since the
+        filters' `changes` were `since` (their counts then stand: a thousand topics waiting for a
+        pattern's filter were counted again at every look, the advertiser's whole cost in a flood of
+        new topics). Returns the counts and the filters' `changes` now."""
         with self.lock:
             self.drain_filters()
+            changes = self._filters.changes
             out = {}
-            for topic in topics:
+            for topic in (fresh if changes == since else [*fresh, *known]):
                 pub = self.publications.get(topic)
-                name = "relay" if pub is not None and pub.mode == "relay" else "direct"
-                out[topic] = self._filters.held(name, topic_filter(topic), topic if self._gate is None else None)
-            return out
+                relay = pub is not None and pub.mode == "relay"
+                out[topic] = self._filters.held("relay" if relay else "direct",
+                                                pub.filter if pub is not None else topic_filter(topic),
+                                                topic if self._gate is None else None)
+            return out, changes
 
     def next_probe_token(self) -> int:
         """The token the next probe will carry: what a subscriber asking now must wait for."""

@@ -7,6 +7,7 @@ import threading
 
 import msgpack
 import pytest
+import zmq
 
 from pubsub.coalescing import Coalescer
 from pubsub.envelope import decode_frame, inner_frame, pattern_filter, topic_filter
@@ -96,3 +97,36 @@ def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_fi
     side.release(pub.topic)
     later = side.direct.sent[len(early):]
     assert [decode_frame(f).payload for f in later] == [b"a", b"b"], "plain frames only, for exact subscribers"
+
+
+class XpubSocket(Socket):
+    """A PUB socket's side the filters come up on: `incoming` holds what subscribers sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.incoming: list[bytes] = []
+
+    def recv(self, _flags: int = 0) -> bytes:
+        if not self.incoming:
+            raise zmq.Again()
+        return self.incoming.pop(0)
+
+
+def test_topics_counted_before_are_counted_again_only_once_a_filter_came_or_went():
+    """`in_place_since` counts the known topics' filters again only when a filter came or went since
+    the count it is given (the advertiser's looks at a thousand waiting topics cost that much each).
+
+    To see it fail, make `Filters.seen` leave `changes` alone: the filter that came is never counted."""
+    side = PublishingSide.__new__(PublishingSide)  # its state alone: no sockets, no context
+    side.held, side.publications, side._filters = {}, {}, filters()
+    side._patterns_seen, side.direct, side.relay, side._gate = 0, XpubSocket(), None, None
+    side.runs = Coalescer(lambda _pub: side.direct, msgpack.Packer(use_bin_type=True), side._filters)
+    side.lock = threading.Lock()
+    for topic in ("a", "b"):
+        side.publications[topic] = Publication(topic, "p")
+    counts, changes = side.in_place_since(["a"], ["b"], -1)
+    assert counts == {"a": 0, "b": 0}
+    assert side.in_place_since([], ["b"], changes) == ({}, changes), "nothing came: b's count stands"
+    side.direct.incoming.append(b"\x01" + topic_filter("b"))
+    counts, later = side.in_place_since(["a"], ["b"], changes)
+    assert counts == {"a": 0, "b": 1} and later != changes
