@@ -194,8 +194,9 @@ class Advertiser:
                 connecting = now - self._progress_at < self.filter_wait and now < r.filters_by + MAX_FILTER_WAIT
                 if now < r.filters_by or connecting:
                     continue
-                log.warning("%s: %d of the %d subscribers known connected in time; the others may miss the first "
-                            "messages unless they are reliable", r.topic, held, r.subscribers)
+                log.warning("%s: %d of the %d subscribers known connected in time; the others get the first "
+                            "messages only if they are reliable and connect within %.1f s more", r.topic, held,
+                            r.subscribers, self.filter_wait)
             elif r.subscribers:
                 self._progress_at = now
             self._done(r, None)

@@ -4,7 +4,11 @@ Two things keep a message:
 - the *offered history*: the last K messages, for late joiners and for reliable subscribers
   repairing a gap (the offered window of the QoS designs chordpub replaces);
 - *acknowledged retention*: a durable subscriber (pubsub/durable.py) reports the position it has
-  committed, and a message no durable subscriber has yet is kept too, beyond K,
+  committed, and a message no durable subscriber has yet is kept too, beyond K;
+- *the late hold*: when a new topic's owner knew of subscribers that had not connected by the time
+  its first messages went (`hold_late`), every message is kept until a deadline, at most
+  LATE_HOLD_MESSAGES of them, so that a reliable or durable subscriber slow to connect fetches them
+  from seq 1 rather than finding them gone,
 within hard bounds, whichever comes first: `messages`, `seconds` since it was sent, `bytes` of
 payload. A message past a bound goes even if a durable subscriber still lacks it: that subscriber
 finds the exact range missing when it asks, and dead-letters it.
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from itertools import islice
 
 from pubsub.envelope import Envelope
+
+LATE_HOLD_MESSAGES = 10_000  # messages a late hold keeps at most: past them it ends (the rest are dead letters)
 
 
 @dataclass(frozen=True)
@@ -56,13 +62,14 @@ class History:
         self.last_seq = 0
         self.acked: dict[str, int] = {}  # durable subscriber -> the position it committed
         self._floor: int | None = None  # the lowest of them (None: no durable subscriber)
+        self.late_until_ns = 0  # the late hold's deadline (0: none)
 
     # -- what goes in -----------------------------------------------------------------------------------
     def add(self, env: Envelope) -> None:
         if env.seq != self.last_seq + 1:
             raise ValueError(f"sequence numbers must follow each other: {self.last_seq} then {env.seq}")
         self.last_seq = env.seq
-        if not self.capacity and self._floor is None and not self._items:
+        if not self.capacity and self._floor is None and not self._items and not self.late_until_ns:
             return  # nothing keeps it (what `trim` would decide), on the hot path of a plain publisher
         self._items.append(env)
         self.bytes += len(env.payload)
@@ -87,6 +94,11 @@ class History:
         self._floor = min(self.acked.values())
         return True
 
+    def hold_late(self, until_ns: int) -> None:
+        """Keep every message from now (and what is held) until `until_ns`: subscribers the topic's owner
+        named have not connected yet, and will ask from seq 1."""
+        self.late_until_ns = max(self.late_until_ns, until_ns)
+
     def release(self, subscriber: str) -> None:
         """`subscriber` no longer holds anything back (a consumer group forgotten)."""
         if self.acked.pop(subscriber, None) is not None:
@@ -95,7 +107,9 @@ class History:
     def trim(self, now_ns: int) -> int:
         """Drop what nothing keeps any more; returns the oldest seq still held (first_seq)."""
         items, b = self._items, self.bounds
-        floor = self.last_seq if self._floor is None else self._floor
+        if self.late_until_ns and (now_ns >= self.late_until_ns or len(items) > LATE_HOLD_MESSAGES):
+            self.late_until_ns = 0
+        floor = 0 if self.late_until_ns else self.last_seq if self._floor is None else self._floor
         oldest_ns = now_ns - int(b.seconds * 1e9)
         while items:
             head = items[0]

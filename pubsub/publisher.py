@@ -188,6 +188,8 @@ class Publisher:
     def _advertised(self, r: Registering, error: BaseException | None) -> None:
         """The advertiser finished `r`: its messages go, or (a failure) become dead letters."""
         if error is None:
+            if r.held < r.subscribers:  # (the advertiser waited its while: the others are slow, or dead)
+                self.publishing.hold_late(r.topic, self.advertiser.filter_wait)
             self.publishing.release(r.topic)
         else:
             dropped = self.publishing.drop_held(r.topic)
@@ -220,14 +222,17 @@ class Publisher:
 
     def _await_filters(self, topic: str, subscribers: int, deadline: float) -> None:
         """Give the subscribers the owner knows of the moment it takes them to hear of us and connect,
-        up to a lease (a subscriber that died keeps its registration that long); one that has not
-        connected by then may miss the first messages, and the log says so."""
+        up to a lease (a subscriber that died keeps its registration that long); for one that has not
+        connected by then the messages are kept a lease more (pubsub/history.py's late hold), and the
+        log says so."""
         t0 = time.monotonic()
         while subscribers and self.publishing.in_place(topic) < subscribers:
             if time.monotonic() >= deadline:
                 log.warning("%s: %d of the %d subscribers the owner knows connected within %.1f s; the others "
-                            "(dead, or slow to hear of us) may miss the first messages unless they are reliable",
-                            topic, self.publishing.in_place(topic), subscribers, time.monotonic() - t0)
+                            "(dead, or slow to hear of us) get the first messages only if they are reliable "
+                            "and connect within %.1f s more", topic, self.publishing.in_place(topic), subscribers,
+                            time.monotonic() - t0, self.advertiser.filter_wait)
+                self.publishing.hold_late(topic, self.advertiser.filter_wait)
                 return
             time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
 

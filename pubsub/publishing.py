@@ -229,6 +229,14 @@ class PublishingSide:
                     self.groups.offer(env)
             self.runs.send_run(pub)
 
+    def hold_late(self, topic: str, seconds: float) -> None:
+        """Keep `topic`'s messages `seconds` from now for subscribers its owner named that have not
+        connected yet (pubsub/history.py's late hold): they fetch them from seq 1 when they come."""
+        with self.lock:
+            pub = self.publications.get(topic)
+            if pub is not None:
+                pub.history.hold_late(time.time_ns() + int(seconds * 1e9))
+
     def drop_held(self, topic: str) -> list[Envelope]:
         """What `topic` kept back, taken away (its registration failed)."""
         with self.lock:

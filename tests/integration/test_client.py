@@ -239,6 +239,32 @@ def test_threads_publishing_a_new_topic_at_once_lose_nothing_to_the_first_regist
     assert sorted(seqs) == sorted(got) == list(range(1, 9)) and sub.lost == 0
 
 
+def test_a_reliable_subscriber_that_connects_after_the_publishers_wait_still_gets_the_first_messages(ring):
+    """A new topic's first messages wait for the subscribers its owner knows of, up to a lease; one
+    that connects later still gets them from seq 1 if it is reliable: they are kept a lease more for it
+    (the late hold, pubsub/history.py), though the publisher keeps no history of its own.
+
+    To see it fail, make `Publisher._advertised` skip the late hold (`hold_late` not called): the
+    subscriber finds the first messages gone and dead-letters them."""
+    via = ring.nodes[0].endpoint
+    letters: list = []
+    with Client(via) as publisher, Client(ring.nodes[1].endpoint, on_dead_letter=letters.append) as subscriber:
+        sub = subscriber.subscribe("late/1", reliable=True)
+        deferred: list = []  # the subscriber hears of the publisher, but connects only when we say
+        connect = subscriber.io.set_publishers
+        subscriber.io.set_publishers = lambda topic, entries: deferred.append((topic, entries))
+        for i in range(20):
+            publisher.publish("late/1", f"m{i}")
+        wait_for(lambda: "late/1" not in publisher.publisher._advertising and deferred, 30,
+                 what="the publisher done waiting for the subscriber it was told of")
+        subscriber.io.set_publishers = connect
+        subscriber.io.call(lambda: [connect(*args) for args in deferred])
+        got: list[str] = []
+        wait_for(lambda: (m := sub.get(timeout=0.1)) is not None and got.append(m.text) is None and len(got) == 20,
+                 20, what=f"the first messages (dead letters: {letters})")
+    assert got == [f"m{i}" for i in range(20)] and not letters
+
+
 def test_publish_many_sends_the_same_messages_in_order_and_nothing_on_a_bad_payload(ring, tmp_path):
     """A batch goes out as that many publishes would: numbered on from the last publish, in order,
     to plain subscribers, a consumer group and through a publisher's journal; a bad payload anywhere
