@@ -41,6 +41,11 @@ def make(socket: Socket) -> tuple[Advertiser, list[str]]:
 
 
 def test_a_topic_waits_for_its_subscribers_filter_and_goes_when_it_arrives_after_the_first_count():
+    """A topic whose owner named a subscriber waits for its filter; the filter may come after the
+    topic was first counted, and then it goes.
+
+    To see it fail, leave the known topics out of the count (`Advertiser._look` passing [] for
+    them): the filter that came later is never seen."""
     socket = Socket()
     advertiser, done = make(socket)
     waiting, nobody = registering("a", 1), registering("b", 0)
@@ -53,6 +58,10 @@ def test_a_topic_waits_for_its_subscribers_filter_and_goes_when_it_arrives_after
 
 
 def test_topics_counted_before_are_not_counted_again_while_no_filter_comes():
+    """A look at a thousand waiting topics counts none of them again while no filter came or went.
+
+    To see it fail, make `Advertiser._look` pass -1 for the filters' changes it saw: every look
+    counts them all."""
     socket = Socket()
     advertiser, _done = make(socket)
     pending = [registering(f"t{i}", 1) for i in range(1000)]

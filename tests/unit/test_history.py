@@ -11,6 +11,11 @@ def envelope(seq: int, sent_ns: int) -> Envelope:
 
 
 def test_a_late_hold_keeps_every_message_until_its_deadline_and_no_more_than_its_bound():
+    """A plain publisher's late hold keeps every message until its deadline, then nothing; and ends
+    once it holds more than LATE_HOLD_MESSAGES.
+
+    To see it fail, make `History.trim` end the hold only at its bound (the deadline ignored), or only
+    at its deadline (the bound ignored)."""
     history = History(0)  # a plain publisher: it keeps nothing of its own
     history.add(envelope(1, 1))
     assert len(history) == 0
