@@ -16,7 +16,7 @@ What the stretch delays is the discovery of a peer that fell silent without clos
 partition): up to the stretch in periods instead of one; the expiry of leased record fields, judged at
 each round; and, after a burst of joins, a finger that a join far away made stale (measured when the
 stretch was new: 16 successive joins at a stretch of 2 or 4 missed the 20-period bound for exact
-fingers in 1 run of 4 to 8; measured again on 2026-11-28: every finger exact 3.2-5.1 periods after
+fingers in 1 run of 4 to 8; measured again on 2026-11-28: every finger exact 3.5-5.1 periods after
 the last join in 8 runs at a stretch of 4, idle and loaded). That is why the stretch is for an operator
 to choose. Adaptive stabilization in the literature
 (Ghinita and Teo, IPDPS'06) tunes the period to the churn it observes; this is the simplest such rule,
