@@ -90,9 +90,9 @@ def node_start(
     acl: Path = acl_option(),
     ready_file: Path = typer.Option(None, help="Write {endpoint,id,pid} as JSON here once serving."),
     relay: bool = typer.Option(True, help="Also run a relay for the topics this node owns (--mode relay)."),
-    ports: int = typer.Option(0, min=0, max=65533, help="Listen on BASE, BASE+1 and BASE+2 for the node's other "
-                              "sockets (events, relay in, relay out) instead of free ports: what a firewall or a "
-                              "container's port map needs besides --port."),
+    ports: int = typer.Option(0, min=0, max=65532, help="Listen on BASE..BASE+3 for the node's other "
+                              "sockets (events, relay in, relay out, consensus) instead of free ports: what a "
+                              "firewall or a container's port map needs besides --port."),
     log_level: str = log_level_option("INFO"),
     log_file: Path = log_file_option(),
     metrics_port: int = metrics_port_option(),

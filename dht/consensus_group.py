@@ -124,4 +124,6 @@ class Group:
             self._expiring = {x for x in self._expiring if x[0] != name}
 
     def _ticks(self, ms: int) -> int:
-        return math.ceil(ms / self.tick_ms)
+        """A lease in whole ticks, and one more: the tick under way when it was applied may be nearly over
+        (the driver never runs two ticks closer than `tick_ms`, so `n` ticks last `n * tick_ms` at least)."""
+        return math.ceil(ms / self.tick_ms) + 1

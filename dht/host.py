@@ -31,7 +31,9 @@ import time
 
 import zmq
 
+from dht.consensus_service import ConsensusService
 from dht.gate import Denials
+from dht.group_placement import SERVICE, Placement
 from dht.ids import position_endpoint
 from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
@@ -70,6 +72,12 @@ class ChordHost:
         # binds the events socket, so that `info` names it
         self.notifier = Notifier(self, config.bind or config.host, advertise=config.host, port=config.ports)
         config.services["events"] = self.notifier.endpoint
+        # the arcs' consensus groups (dht/arcs.py); the ring's first process starts them all
+        self.placement = Placement(self.server.endpoint, config.replicas, setup)
+        self.consensus = ConsensusService(config.bind or config.host, config.host, config.replicas,
+                                          locate=self.placement.wanted, setup=setup,
+                                          port=config.ports + 3 if config.ports else 0, bits=config.bits)
+        config.services[SERVICE] = self.consensus.id
         self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
         self.server.tally = self._tally_served
         self.server.on_disconnect = lambda: self.jobs.put((None, "wake", None))  # the maintenance thread looks
@@ -131,6 +139,7 @@ class ChordHost:
             t = threading.Thread(target=target, name=f"chord-{name}-{self.server.port}", daemon=True)
             t.start()
             self._threads.append(t)
+        self.consensus.start()
         return self
 
     def stop(self) -> None:
@@ -145,6 +154,8 @@ class ChordHost:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        self.consensus.stop()
+        self.placement.close()
         if not any(t.is_alive() for t in self._threads):
             self.notifier.close()
             self.jobs.close()
@@ -166,6 +177,8 @@ class ChordHost:
         self.notifier.close()
         self.rpc.close()
         self.probe_rpc.close()
+        self.consensus.stop()
+        self.placement.close()
 
     # -- the server thread ----------------------------------------------------------------------
     def _serve(self) -> None:
@@ -207,6 +220,8 @@ class ChordHost:
                 self._step(i, lambda m=m, via=via: m.join(via))
                 if self.stopped.is_set():
                     return
+            if self.positions[0].started_ring:
+                self.consensus.bootstrap()
             self.joined.set()
             self._rounds()
         except Exception:  # a maintenance bug must not silently stop the node healing
@@ -231,6 +246,7 @@ class ChordHost:
         if self.rpc.watch_socket is not None:
             poller.register(self.rpc.watch_socket, zmq.POLLIN)
         seen = self._connections_closed()
+        ours_closed = self.rpc.closings()
         while not self.stopped.is_set():
             wait = min(next_round) - time.monotonic()
             if wait > 0:
@@ -256,6 +272,9 @@ class ChordHost:
             if closed != seen:
                 seen = closed
                 self._look_again()
+                if self.rpc.closings() != ours_closed:  # a peer of ours died (a client's leaving says nothing)
+                    ours_closed = self.rpc.closings()
+                    self.consensus.ring_changed()
                 for i in range(v):
                     self.pacings[i].wake()
                     self.maintainers[i].suspect = True  # a closed connection may be the predecessor's
@@ -281,6 +300,8 @@ class ChordHost:
                         self.maintainers[i].round_periods = stretch
                         if changed:
                             self._look_again()
+                        if self._links(i)[:2] != before[i][:2]:
+                            self.consensus.ring_changed()  # a neighbour came or went: groups look again
                         next_round[i] = last[i] + period * stretch * random.uniform(0.9, 1.1)
             except Exception:  # a maintenance bug must not silently stop the node healing
                 log.exception("maintenance round failed")

@@ -138,6 +138,7 @@ class Maintainer(FingerMaintenance, Replication):
             candidates += [e for e in node.members.endpoints() if e not in candidates]
         may_start = via is None and (not seeds or self.me.endpoint in seeds or node.remembered_at_start > 0)
         if not candidates:
+            node.started_ring = True
             node.joined.set()
             return
         deadline = None if self.config.join_timeout is None else time.monotonic() + self.config.join_timeout
@@ -162,6 +163,7 @@ class Maintainer(FingerMaintenance, Replication):
             with node.lock:
                 joined_by_others = not self.routing.alone  # a node that joined through us meanwhile
             if joined_by_others or may_start:
+                node.started_ring = True  # the ring began here (others that joined meanwhile joined it)
                 node.joined.set()
                 if not joined_by_others:
                     log.warning("%s: none of %s answered: starting a new ring; they stay remembered and "

@@ -94,6 +94,7 @@ class ChordNode:
         self.joined = threading.Event()
         self.left = False  # this position has left the ring (its process is leaving)
         self.join_error: str | None = None  # why the node gave up joining (join_timeout passed)
+        self.started_ring = False  # this position found no ring to join and began one (its consensus groups too)
         self.jobs = Jobs(shared.jobs, index)
         endpoint = position_endpoint(self.server.endpoint, index)
         nid = config.id if config.id is not None and index == 0 else key_id(endpoint, config.bits)

@@ -36,8 +36,8 @@ class NodeConfig:
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
     quiet_stretch: int = 1  # a quiet position's rounds up to this many periods apart (dht/pacing.py)
-    ports: int = 0  # the events socket's port, and the first of the three ports a node's sockets
-    # other than its RPC take (events, relay in, relay out: what a firewall opens); 0: free ones
+    ports: int = 0  # the events socket's port, and the first of the four ports a node's sockets
+    # other than its RPC take (events, relay in, relay out, consensus: what a firewall opens); 0: free ones
     acl: Path | None = None  # a policy file (dht/policy.py): who may register and read which topics
 
     @property
@@ -54,8 +54,8 @@ class NodeConfig:
             raise ValueError("probe-every must be between 0 (never) and 3600 seconds")
         if not 0 <= self.port < 65536:
             raise ValueError("port must be in 0..65535")
-        if self.ports and not 0 < self.ports < 65536 - 2:
-            raise ValueError("ports must be in 1..65533 (three consecutive ports from it)")
+        if self.ports and not 0 < self.ports < 65536 - 3:
+            raise ValueError("ports must be in 1..65532 (four consecutive ports from it)")
         if self.advertise_port is not None and not 0 < self.advertise_port < 65536:
             raise ValueError("the advertised port must be in 1..65535")
         if self.id is not None and not 0 <= self.id < (1 << self.bits):

@@ -41,6 +41,7 @@ from dht.client import DhtError, contact
 from dht.rpc_server import RpcServer
 from dht.subjects import check_subscribable, is_pattern
 from dht.transport import Reply
+from pubsub.consensus_face import ConsensusFace
 from pubsub.dedup import DEDUP_SECONDS, DedupBounds
 from pubsub.delivery import PENDING_LIMIT, Dispatcher, Subscription
 from pubsub.directory import (
@@ -71,7 +72,7 @@ from pubsub.subscription import HISTORY_POLICIES
 log = logging.getLogger(__name__)
 
 
-class Client:
+class Client(ConsensusFace):
     """A connection to the chordpub ring for one process: publish, subscribe, unsubscribe, close.
 
     `via` is any node of the ring ("host:port"); `host` the address this client listens on (its PUB
@@ -137,6 +138,7 @@ class Client:
         self.context = zmq.Context() if context is None else context
         self._curve = None
         self._closed = False
+        self._init_consensus()
         self._lock = threading.Lock()
         self._subscriptions: dict[str, Subscription] = {}
         self._dispatcher: Dispatcher | None = None
@@ -181,6 +183,9 @@ class Client:
             raise
         self.io.start()
         self.registrar.start()
+
+    def _consensus_setup(self):  # noqa: ANN202 - SocketSetup | None
+        return None if self._curve is None else self._curve.setup
 
     def _curve_setup(self, curve: str | Path | None, role: str):  # noqa: ANN202 - SocketSetup | None
         if curve is None:
@@ -378,6 +383,7 @@ class Client:
             threading.Thread(target=self.close, name="chordpub-close", daemon=True).start()
             return
         self._closed = True
+        self._close_consensus()
         self.publisher.advertiser.flush(self.timeout)  # first messages of new topics: sent before we go
         self.publisher.advertiser.stop()
         for handle in list(self._subscriptions.values()):

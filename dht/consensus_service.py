@@ -1,0 +1,395 @@
+"""A node process's consensus groups (dht/arcs.py: one per arc it holds), driven over ZeroMQ: the
+loop that feeds each group's Raft (dht/consensus_group.py) its ticks, its peers' messages and its
+clients' commands, and sends what each returns.
+
+One thread owns the groups and one ROUTER socket (`endpoint`), which takes both the peers' Raft
+messages (op "raft": one message per peer process per turn of the loop carries every group's, as
+multi-Raft systems coalesce their heartbeats) and the clients' commands (op "cmd", answered when the
+command's entry applies, or at once with the leader to ask). A second thread asks the ring who should
+hold each group this process leads (dht/group_placement.py), and the leader changes the group's members
+towards that, one at a time.
+
+A member is `host:port#incarnation`: a process started again (without the state it had) is a new
+member, which the group's leader adds as it removes the old one, so a restarted process can never
+vote twice in one term.
+
+Quiet groups cost nothing: a leader whose group has nothing in flight, no election lease to time, and
+the members the ring wants, tells its followers so and stops ticking it (CockroachDB's quiescence);
+they stop too. Any message or command for the group, or a change of the ring (the host calls
+`ring_changed`), wakes it, and a follower that no longer hears its leader then elects another.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from dht import raft_wire, wire
+from dht.arcs import ARCS, arc_end, next_change
+from dht.consensus_group import TICK_MS, Group
+from dht.kv_machine import CommandError
+from dht.pacing import WakingQueue
+from dht.raft import FOLLOWER, LEADER, AppendReply
+from dht.rpc_server import RejectLog
+from dht.transport import RpcClient, SocketSetup, base_options, bind_port
+
+log = logging.getLogger(__name__)
+
+QUIET_TICKS = 20  # ticks a settled group waits before it stops ticking (2 s at the default tick)
+PLACE_EVERY = 10.0  # seconds between checks of a led, awake group's members against the ring
+MAX_MESSAGES = 4096  # Raft messages in one "raft" request at most
+
+
+def _member(value: Any, what: str) -> str:  # noqa: ANN401 - anything the network brings
+    if not isinstance(value, str) or not 0 < len(value) <= wire.MAX_FIELD_CHARS or "#" not in value:
+        raise wire.WireError(f"{what} must be a member id host:port#incarnation")
+    return value
+
+
+def _arc(value: Any, what: str) -> int:  # noqa: ANN401
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < ARCS:
+        raise wire.WireError(f"{what} must be an arc in 0..{ARCS - 1}")
+    return value
+
+
+def _list(value: Any, what: str) -> list:  # noqa: ANN401
+    if not isinstance(value, list) or len(value) > MAX_MESSAGES:
+        raise wire.WireError(f"{what} must be a list of at most {MAX_MESSAGES}")
+    return value
+
+
+def _map(value: Any, what: str) -> dict:  # noqa: ANN401
+    if not isinstance(value, dict):
+        raise wire.WireError(f"{what} must be a map")
+    return value
+
+
+SCHEMAS: wire.Schemas = {
+    "raft": {"src": (_member, True), "g": (_member, True), "m": (_list, True), "q": (_list, False)},
+    "cmd": {"arc": (_arc, True), "cmd": (_map, True)},
+    "state": {},
+}
+
+
+def endpoint_of(member: str) -> str:
+    """The consensus endpoint ("host:port") of member id "host:port#incarnation"."""
+    return member.partition("#")[0]
+
+
+class ConsensusService:
+    """The groups of this process: every arc's group, itself the only member, when this process began the
+    ring (`bootstrap`); else those whose leaders add it."""
+
+    def __init__(self, bind: str, host: str, replicas: int,
+                 locate: Callable[[int, dict], list[str] | None], setup: SocketSetup | None = None,
+                 port: int = 0, bits: int = 64, context: zmq.Context | None = None) -> None:
+        self.context = context or zmq.Context.instance()
+        self.socket = self.context.socket(zmq.ROUTER)
+        base_options(self.socket)
+        if setup is not None:
+            setup(self.socket, True)
+        self.endpoint = f"{host}:{bind_port(self.socket, bind, port)}"
+        self.id = f"{self.endpoint}#{secrets.token_hex(4)}"
+        # the member that started the ring's groups: groups of a ring started apart (then merged) never mix
+        self.genesis: str | None = None
+        self.replicas, self.bits, self.locate = replicas, bits, locate
+        self.peers = RpcClient(timeout=1.0, retries=0, setup=setup, context=self.context)
+        self.random = random.Random()
+        self.groups: dict[int, Group] = {}
+        self.awake: set[int] = set()
+        self.quiet: dict[int, int] = {}  # arc -> ticks its led group has been settled
+        self.wanted: dict[int, list[str]] = {}  # arc -> the members the ring wants (led groups, once placed)
+        self.placed_at: dict[int, float] = {}
+        self.jobs = WakingQueue()  # from other threads: ("ring", None), ("wanted", (arc, members))
+        self._placing: queue.Queue = queue.Queue()  # arcs for the placement thread
+        self._asked: set[int] = set()  # arcs it has not answered yet
+        self._dirty: set[int] = set()
+        self._out: dict[str, list] = defaultdict(list)  # member -> [[arc, raft message], ...]
+        self._quiesce: dict[str, list] = defaultdict(list)  # member -> [[arc, term, index], ...]
+        self.stopped = threading.Event()
+        self.reject_log = RejectLog("malformed consensus message")
+        self.messages_in = self.messages_out = self.bytes_out = 0
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> ConsensusService:
+        for name, target in (("loop", self._run), ("placement", self._place)):
+            t = threading.Thread(target=target, name=f"consensus-{name}-{self.endpoint}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.jobs.put(("stop", None))
+        self._placing.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        if not any(t.is_alive() for t in self._threads):
+            self.jobs.close()
+            self.socket.close(linger=0)
+            self.peers.close()
+
+    def bootstrap(self) -> None:
+        """This process began the ring: it starts every arc's group, with itself the only member."""
+        self.jobs.put(("bootstrap", None))
+
+    def ring_changed(self) -> None:
+        """The ring moved (from the host's maintenance thread): groups wake, leaders look again."""
+        self.jobs.put(("ring", None))
+
+    def state(self) -> dict:
+        """Each group's role, term, leader and members, for `info` and the tests (from any thread)."""
+        out = {}
+        for arc, g in list(self.groups.items()):
+            r = g.raft
+            out[str(arc)] = {"role": r.role, "term": r.term, "leader": r.leader, "members": list(r.members),
+                        "commit": r.commit, "awake": arc in self.awake}
+        return out
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _group(self, arc: int, members: tuple[str, ...] = ()) -> Group:
+        g = self.groups.get(arc)
+        if g is None:
+            g = self.groups[arc] = Group(self.id, members, self.random.randint, tick_ms=TICK_MS)
+        self.awake.add(arc)
+        self.quiet[arc] = 0
+        return g
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(self.jobs.fd, zmq.POLLIN)
+        poller.register(self.peers.socket, zmq.POLLIN)
+        tick = TICK_MS / 1000
+        next_tick = time.monotonic() + tick
+        try:
+            while not self.stopped.is_set():
+                wait = next_tick - time.monotonic() if self.awake else 5.0
+                events = dict(poller.poll(max(0, int(wait * 1000)) + 1))
+                if self.peers.socket in events:
+                    self.peers.on_readable()  # (peers never answer "raft"; an error reply is dropped)
+                if self.jobs.fd in events:
+                    self._take_jobs()
+                if self.socket in events:
+                    self._receive()
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + tick  # never two ticks closer than a tick: a late one is not made up,
+                    # so the groups' lease clocks only ever run slow (dht/consensus_group.py relies on it)
+                    self._tick()
+                elif not self.awake:
+                    next_tick = now + tick
+                self._flush()
+        except Exception:  # a bug here must be seen, and must not take the node down with it
+            log.exception("consensus loop stopped")
+
+    def _take_jobs(self) -> None:
+        self.jobs.clear()
+        while True:
+            try:
+                kind, arg = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "bootstrap" and self.genesis is None:
+                self.genesis = self.id
+                for arc in range(ARCS):
+                    self._group(arc, (self.id,))
+            elif kind == "ring":
+                self.wanted.clear()
+                for arc in self.groups:
+                    self.awake.add(arc)
+                    self.quiet[arc] = 0
+            elif kind == "wanted":
+                arc, members = arg
+                self._asked.discard(arc)
+                self.placed_at[arc] = time.monotonic()
+                if members is not None:
+                    self.wanted[arc] = members
+                    self._dirty.add(arc)
+
+    def _receive(self) -> None:
+        for _ in range(256):  # then a tick's turn: a flood cannot starve the groups' clocks
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self.reject_log(f"expected identity and one body frame, got {len(frames)}")
+                continue
+            ident, body = frames
+            try:
+                request = wire.decode_request(body, SCHEMAS)
+            except wire.WireError as exc:
+                self.reject_log(str(exc))
+                self._reply(ident, wire.request_id(_loose(body)), error=str(exc))
+                continue
+            op = request["op"]
+            if op == "raft":
+                self._on_raft(request)
+            elif op == "cmd":
+                self._on_command(ident, request)
+            else:
+                self._reply(ident, request["id"], member=self.id, groups=self.state())
+
+    def _on_raft(self, request: dict) -> None:
+        self.messages_in += 1
+        if self.genesis is None:
+            self.genesis = request["g"]
+        elif request["g"] != self.genesis:
+            self.reject_log(f"raft messages of another ring's groups (started by {request['g']})")
+            return
+        for item in request["m"]:
+            try:
+                if not isinstance(item, list) or len(item) != 2:
+                    raise wire.WireError("a raft item is [arc, message]")
+                arc, msg = _arc(item[0], "arc"), raft_wire.decode(item[1])
+            except wire.WireError as exc:
+                self.reject_log(str(exc))
+                continue
+            if msg.dst != self.id:
+                continue  # for an earlier incarnation of this process
+            if isinstance(msg, AppendReply) and msg.success and arc in self.groups:
+                self.groups[arc].step(msg)  # an answer to a heartbeat does not wake a quiet leader
+            else:
+                self._group(arc).step(msg)
+            self._dirty.add(arc)
+        for item in request.get("q", ()):
+            if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
+                self.reject_log("a quiesce item is [arc, term, index]")
+                continue
+            arc, term, index = item
+            g = self.groups.get(arc)
+            if g is None:
+                continue
+            r = g.raft
+            if (r.role == FOLLOWER and r.leader == request["src"] and r.term == term
+                    and r.last_index == r.commit == index):
+                self.awake.discard(arc)
+
+    def _on_command(self, ident: bytes, request: dict) -> None:
+        arc = request["arc"]
+        g = self.groups.get(arc)
+        if g is None:
+            self._reply(ident, request["id"], answer={"ok": False, "error": f"no group of arc {arc} here",
+                                                      "leader": None})
+            return
+        self.awake.add(arc)
+        self.quiet[arc] = 0
+        try:
+            g.request(request["cmd"], (ident, request["id"]))
+        except CommandError as exc:
+            self._reply(ident, request["id"], answer={"ok": False, "error": str(exc), "bad": True})
+            return
+        self._dirty.add(arc)
+
+    def _tick(self) -> None:
+        for arc in list(self.awake):
+            g = self.groups[arc]
+            g.tick()
+            self._dirty.add(arc)
+            r = g.raft
+            if r.role != LEADER:
+                continue
+            if arc not in self.wanted and arc not in self._asked and \
+                    time.monotonic() - self.placed_at.get(arc, float("-inf")) >= 1.0:
+                self._asked.add(arc)
+                self._placing.put(arc)
+            elif arc in self.wanted and time.monotonic() - self.placed_at.get(arc, 0.0) >= PLACE_EVERY \
+                    and arc not in self._asked:
+                self._asked.add(arc)
+                self._placing.put(arc)
+            if self._settled(arc, g):
+                self.quiet[arc] = self.quiet.get(arc, 0) + 1
+                if self.quiet[arc] >= QUIET_TICKS:
+                    for m in r.members:
+                        if m != self.id:
+                            self._quiesce[m].append([arc, r.term, r.last_index])
+                    self.awake.discard(arc)
+            else:
+                self.quiet[arc] = 0
+
+    def _settled(self, arc: int, g: Group) -> bool:
+        """Nothing for this leader's group to do until something happens to it."""
+        r = g.raft
+        wanted = self.wanted.get(arc)
+        return (wanted is not None and next_change(r.members, wanted, self.id) is None and not g.waiting
+                and not g.lease_ends and r.commit == r.last_index == r.applied
+                and all(r.match_index.get(m, 0) == r.last_index for m in r.members if m != self.id))
+
+    def _flush(self) -> None:
+        for arc in list(self._dirty):
+            g = self.groups[arc]
+            if g.is_leader and arc in self.wanted:
+                self._reconfigure(arc, g)
+            rd = g.ready()
+            for msg in rd.messages:
+                self._out[msg.dst].append([arc, raft_wire.encode(msg)])
+            for (ident, rid), answer in rd.answers:
+                self._reply(ident, rid, answer=answer)
+        self._dirty.clear()
+        for member in set(self._out) | set(self._quiesce):
+            fields: dict[str, Any] = {"src": self.id, "g": self.genesis, "m": self._out.pop(member, [])}
+            quiesce = self._quiesce.pop(member, None)
+            if quiesce:
+                fields["q"] = quiesce
+            self.peers.send(endpoint_of(member), "raft", **fields)
+            self.messages_out += 1
+        self.bytes_out = self.peers.bytes_sent
+
+    def _reconfigure(self, arc: int, g: Group) -> None:
+        r = g.raft
+        change = next_change(r.members, self.wanted[arc], self.id)
+        if change is None or r._config_index() > r.commit:
+            return
+        try:
+            r.propose(members=change)
+        except ValueError as exc:
+            log.debug("arc %d: no configuration change now: %s", arc, exc)
+
+    def _reply(self, ident: bytes, rid: int | None, error: str | None = None, **fields: object) -> None:
+        body = wire.encode_error(rid, error) if error is not None else wire.encode_reply(rid, **fields)
+        try:
+            self.socket.send_multipart([ident, body], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client has gone: it will ask again
+            log.debug("consensus reply not sent: %s", exc)
+
+    # -- the placement thread ---------------------------------------------------------------------
+    def _place(self) -> None:
+        while not self.stopped.is_set():
+            arc = self._placing.get()
+            if arc is None:
+                return
+            arcs = [arc]
+            while True:  # one pass for what is asked together: processes are asked once per pass
+                try:
+                    more = self._placing.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    return
+                arcs.append(more)
+            known: dict[str, str | None] = {}
+            for a in dict.fromkeys(arcs):
+                try:
+                    members = self.locate(arc_end(a, self.bits), known)
+                except Exception:  # a ring that cannot be asked now: asked again later
+                    log.exception("placement of arc %d failed", a)
+                    members = None
+                self.jobs.put(("wanted", (a, members)))
+
+
+def _loose(body: bytes) -> dict:
+    try:
+        return wire.decode_map(body)
+    except wire.WireError:
+        return {}

@@ -1,0 +1,134 @@
+"""Leader election for users: one campaign for a name, its lease renewed in the background, and a
+handle that says whether this process leads, under which epoch, and tells callbacks when that changes.
+
+The name's group grants it to one candidate at a time with a lease (dht/kv_machine.py), and frees it
+only a full lease after the holder *sent* its last renewal, by the group's clock
+(dht/consensus_group.py). The holder counts its own lease from the moment it sent that renewal, less
+`DRIFT` of it for the two clocks' rates, so it stops acting (`is_leader` false, `on_loss` called)
+before the group can give the name to anyone else: two holders never overlap, even when a partition
+cuts the holder off from its group (it cannot renew, so it stops). The epoch is the index of the grant
+in the group's log: every later grant has a higher one, so a resource can refuse an older holder's
+writes (a fencing token, as Chubby's sequencers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from dht.consensus_client import ConsensusClient, ConsensusError, check_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = 1.0  # seconds: a dead holder's name is free this long after its last renewal
+RENEWALS = 4  # renewals per lease: a holder loses it only when this many in a row get no answer
+DRIFT = 0.05  # of a lease: what the holder's clock may gain on its group's during one
+
+
+class Election:
+    """A campaign for `name` as `candidate`, renewed until `resign()` or `close()`."""
+
+    def __init__(self, client: ConsensusClient, name: str, *, candidate: str | None = None,
+                 lease: float = DEFAULT_LEASE, on_gain: Callable[[int], None] | None = None,
+                 on_loss: Callable[[int], None] | None = None, ahead: float = 0.0) -> None:
+        """`ahead`: seconds before the lease's end at which this process stops leading without a renewal
+        (`on_loss` then), for a leader whose acting takes time to stop."""
+        check_name(name, "election name")
+        if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0.2 <= lease <= 86_400:
+            raise ValueError("a lease is a number of seconds from 0.2 to 86400")
+        if not 0 <= ahead < lease / 2:
+            raise ValueError("ahead is from 0 to half the lease")
+        self.name, self.lease, self.ahead = name, float(lease), ahead
+        self.candidate = check_name(candidate or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
+                                    "candidate")
+        self.client = client
+        self.on_gain, self.on_loss = on_gain, on_loss
+        self.epoch = 0  # of this process's latest grant (0: never led)
+        self.holder: str | None = None  # who holds the name, as the last answer said
+        self._valid_until = float("-inf")  # monotonic time this process stops leading without a renewal
+        self._leading = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"election-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this candidate holds the name and its lease has certainly not ended."""
+        return self._leading and time.monotonic() < self._valid_until
+
+    def leader(self) -> tuple[str | None, int]:
+        """Who holds the name now, asked of its group, and their epoch ((None, 0): nobody)."""
+        return self.client.leader(self.name)
+
+    def wait_leader(self, timeout: float | None = None) -> bool:
+        """Wait until this candidate leads (or `timeout` passes); whether it does."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_leader:
+            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return False
+            self._stop.wait(0.01)
+        return True
+
+    def resign(self) -> None:
+        """Stop campaigning and free the name now (if held) rather than a lease later."""
+        self._stop.set()
+        self._thread.join(timeout=self.lease + 5)
+        epoch, leading = self.epoch, self._leading
+        self._lose()
+        if leading:
+            try:
+                self.client.resign(self.name, self.candidate, epoch, timeout=self.lease)
+            except ConsensusError as exc:  # the lease frees it anyway
+                log.warning("resigning %s: %s", self.name, exc)
+
+    close = resign
+
+    def _run(self) -> None:
+        every = self.lease / RENEWALS
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                answer = self.client.campaign(self.name, self.candidate, self.lease, timeout=every * 2)
+            except ConsensusError as exc:
+                log.debug("campaign for %s: %s", self.name, exc)
+                answer = None
+            except Exception:  # a bug must not leave a leader that believes it still leads
+                log.exception("campaign for %s failed", self.name)
+                answer = None
+            if self._stop.is_set():
+                return
+            if answer is not None:
+                self.holder = answer.get("leader")
+                if answer.get("ok"):
+                    if self._leading and answer["epoch"] != self.epoch:
+                        self._lose()  # granted anew: the old epoch ended in between
+                    self._valid_until = sent + self.lease * (1 - DRIFT) - self.ahead
+                    if not self._leading:
+                        self._leading, self.epoch = True, answer["epoch"]
+                        self._tell(self.on_gain, self.epoch)
+                elif self._leading:
+                    self._lose()
+            if self._leading and time.monotonic() >= self._valid_until:
+                self._lose()
+            pause = every - (time.monotonic() - sent)
+            if self._leading:  # wake at the lease's end at the latest, to say it was lost on time
+                pause = min(pause, self._valid_until - time.monotonic())
+            self._stop.wait(max(0.0, pause))
+
+    def _lose(self) -> None:
+        if self._leading:
+            self._leading = False
+            self._tell(self.on_loss, self.epoch)
+
+    def _tell(self, callback: Callable[[int], None] | None, epoch: int) -> None:
+        if callback is None:
+            return
+        try:
+            callback(epoch)
+        except Exception:  # the user's code: logged, never the end of the campaign
+            log.exception("election callback for %s failed", self.name)

@@ -1,0 +1,61 @@
+"""Who should hold an arc's consensus group, as the ring says now (dht/arcs.py says why these): the
+process owning the arc's last id, then the next processes on its successor list, `replicas` in all,
+each named by the member id its consensus service announces (`info`'s services["consensus"]).
+
+Blocking calls to the ring: run by the consensus service's placement thread, never by its loop.
+"""
+
+from __future__ import annotations
+
+from dht.client import DhtClient, DhtError
+from dht.ids import process_of
+from dht.transport import SocketSetup
+
+SERVICE = "consensus"  # the services key under which a node announces its consensus member id
+
+
+class Placement:
+    """Asks the ring through the node at `via` (its own process's endpoint)."""
+
+    def __init__(self, via: str, replicas: int, setup: SocketSetup | None = None, timeout: float = 1.0) -> None:
+        self.replicas = replicas
+        self.dht = DhtClient(via, timeout=timeout, retries=0, setup=setup)
+
+    def wanted(self, end: int, known: dict[str, str | None]) -> list[str] | None:
+        """The member ids that should hold the group whose arc ends at id `end`, or None when the ring
+        cannot say now (a lookup failed). `known`: process -> member id (None: no consensus service)
+        learned by earlier calls of the same pass, filled in as this one learns more."""
+        found = self.dht.lookup_id(end)
+        if not found.ok or found.owner is None:
+            return None
+        try:
+            owner = self.dht.info(found.owner.endpoint)
+        except DhtError:
+            return None
+        self._learn(owner, known)
+        out: list[str] = []
+        taken: set[str] = set()
+        for endpoint in [owner["endpoint"]] + [s["endpoint"] for s in owner["successors"]]:
+            process = process_of(endpoint)
+            if process in taken:
+                continue
+            taken.add(process)
+            if process not in known:
+                try:
+                    self._learn(self.dht.info(endpoint), known)
+                except DhtError:
+                    continue  # gone since the owner heard of it: the next one stands in
+            member = known.get(process)
+            if member is not None:
+                out.append(member)
+            if len(out) >= self.replicas:
+                break
+        return out
+
+    @staticmethod
+    def _learn(info: dict, known: dict[str, str | None]) -> None:
+        member = info["services"].get(SERVICE)
+        known[process_of(info["endpoint"])] = member if isinstance(member, str) else None
+
+    def close(self) -> None:
+        self.dht.close()

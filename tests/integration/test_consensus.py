@@ -1,0 +1,238 @@
+"""Consensus on the ring, with real node processes on loopback: every arc's Raft group follows the
+ring's replicas (dht/arcs.py, dht/consensus_service.py); keys with compare-and-set and elections go
+through them (`chordpub kv`, `chordpub elect`, `chordpub leader`, `Client.elect`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from chordpub.launcher import wait_for
+from dht.arcs import ARCS, arc_of
+from dht.client import DhtClient
+from dht.consensus_client import ConsensusClient, NoMajority, VersionMismatch
+from dht.ids import key_id
+from dht.transport import RpcClient
+from tests.conftest import one_error_line, run_cli, start_module_ring
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):  # noqa: ANN001, ANN201
+    yield from start_module_ring(tmp_path_factory, "consensus", 3)
+
+
+def groups_of(endpoints: list[str]) -> dict[str, dict]:
+    """Each node's groups as its consensus service reports them ({node: {arc: state}})."""
+    out = {}
+    with DhtClient(endpoints[0]) as dht, RpcClient(timeout=1.0, retries=0) as rpc:
+        for e in endpoints:
+            member = dht.info(e)["services"]["consensus"]
+            reply = rpc.call(member.partition("#")[0], "state")
+            out[e] = reply.body["groups"] if reply.ok else {}
+    return out
+
+
+def every_group_has(endpoints: list[str], size: int) -> bool:
+    """Every arc's group has one leader, and that leader's configuration has `size` members."""
+    led = {}
+    for groups in groups_of(endpoints).values():
+        for arc, g in groups.items():
+            if g["role"] == "leader":
+                led[arc] = len(g["members"])
+    return len(led) == ARCS and all(n == size for n in led.values())
+
+
+def test_every_arcs_group_takes_the_rings_replicas_and_then_falls_quiet(ring):
+    """The first node starts every arc's group alone; as the others join, each group's leader adds
+    them (one member at a time), and a group with nothing to do stops its heartbeats: an idle ring's
+    consensus sends nothing.
+
+    To see it fail: make `next_change` return None (the groups stay one member: no majority survives
+    the first node), or never quiesce (`QUIET_TICKS` = 10**9: messages keep flowing)."""
+    endpoints = [n.endpoint for n in ring.nodes]
+    wait_for(lambda: every_group_has(endpoints, 3), timeout=30, what="every group with 3 members")
+
+    def quiet() -> bool:
+        return all(not g["awake"] for groups in groups_of(endpoints).values() for g in groups.values())
+    wait_for(quiet, timeout=30, what="every group quiet")
+
+
+def test_keys_compare_and_set_through_the_cli(ring):
+    """put / get / delete, each read through the log; a compare-and-set at the wrong version, or
+    on a missing key with a version, is refused (exit 1, the version found) and writes nothing.
+
+    To see it fail: make `KvMachine._put` ignore "if" (the refused put succeeds)."""
+    via = ring.nodes[1].endpoint
+    put = run_cli("kv", "put", "cfg/rate", "10", "--via", via, "--json")
+    assert put.returncode == 0, put.stderr
+    first = json.loads(put.stdout)
+    assert first["key"] == "cfg/rate" and first["version"] > 0
+
+    refused = run_cli("kv", "put", "cfg/rate", "11", "--via", via, "--if-version", str(first["version"] + 7),
+                      "--json")
+    assert refused.returncode == 1 and json.loads(refused.stdout) == {"key": "cfg/rate",
+                                                                      "version_found": first["version"]}
+    missing = run_cli("kv", "put", "cfg/absent", "1", "--via", via, "--if-version", "3", "--json")
+    assert missing.returncode == 1 and json.loads(missing.stdout) == {"key": "cfg/absent", "version_found": 0}
+    got = json.loads(run_cli("kv", "get", "cfg/rate", "--via", ring.nodes[2].endpoint, "--json").stdout)
+    assert got == {"key": "cfg/rate", "value": "10", "version": first["version"]}
+
+    cas = run_cli("kv", "put", "cfg/rate", "11", "--via", via, "--if-version", str(first["version"]), "--json")
+    assert cas.returncode == 0, cas.stderr
+    assert json.loads(cas.stdout)["version"] > first["version"]
+    assert run_cli("kv", "get", "cfg/rate", "--via", via).stdout == "11\n"
+    gone = run_cli("kv", "delete", "cfg/rate", "--via", via, "--json")
+    assert json.loads(gone.stdout) == {"key": "cfg/rate", "deleted": True}
+    assert json.loads(run_cli("kv", "get", "cfg/rate", "--via", via, "--json").stdout)["value"] is None
+    assert json.loads(run_cli("kv", "get", "cfg/absent", "--via", via, "--json").stdout)["version"] == 0
+
+
+def test_bad_input_is_one_line_and_applies_nothing(ring):
+    """Empty or over-long names, a negative lease or version: one line on stderr, exit 2, nothing
+    written (the key stays absent)."""
+    via = ring.nodes[0].endpoint
+    one_error_line(run_cli("kv", "put", "", "v", "--via", via), "key")
+    one_error_line(run_cli("kv", "put", "k" * 257, "v", "--via", via), "key")
+    one_error_line(run_cli("kv", "put", "bad/version", "v", "--via", via, "--if-version", "-1"), "if-version")
+    one_error_line(run_cli("kv", "get", "", "--via", via), "key")
+    one_error_line(run_cli("leader", "", "--via", via), "election name")
+    one_error_line(run_cli("elect", "jobs/primary", "--via", via, "--lease", "-1"), "lease")
+    with ConsensusClient(via) as client:
+        with pytest.raises(ValueError, match="if_version"):
+            client.put("bad/version", b"v", if_version=-1)
+        with pytest.raises(ValueError, match="at most"):
+            client.put("bad/big", b"x" * (64 * 1024 + 1))
+        assert client.get("bad/version") == (None, 0) and client.get("bad/big") == (None, 0)
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def test_a_killed_leaders_name_passes_to_another_candidate_within_two_seconds(ring, procs, tmp_path):
+    """Two `elect --exec` processes for one name: one leads and runs its command. SIGKILL it: its
+    command dies with it (even so), and the other candidate leads within 2 s (lease 1 s), under a
+    higher epoch; `leader` names it.
+
+    To see it fail: drop `_die_with_parent` from the Popen (the killed leader's command lives on), or
+    let `Group.tick` never propose expiries (the name is never free again)."""
+    via = ring.nodes[0].endpoint
+    pids = {c: tmp_path / f"{c}.pid" for c in ("a", "b")}
+    elect = {c: procs(f"elect-{c}", "elect", "jobs/primary", "--via", via, "--candidate", c,
+                      "--exec", f"echo $$ > {pids[c]}; exec sleep 600") for c in ("a", "b")}
+    logs = {c: tmp_path / f"elect-{c}.log" for c in ("a", "b")}
+
+    def leading() -> str | None:
+        led = [c for c in ("a", "b") if (_events(logs[c]) or [{}])[-1].get("event") == "elected"]
+        return led[0] if len(led) == 1 and pids[led[0]].exists() and pids[led[0]].read_text().strip() else None
+    first = wait_for(leading, timeout=20, what="one candidate leading")
+    other = "b" if first == "a" else "a"
+    command = int(pids[first].read_text())
+    said = json.loads(run_cli("leader", "jobs/primary", "--via", via, "--json").stdout)
+    assert said["leader"] == first and said["epoch"] == _events(logs[first])[-1]["epoch"]
+
+    killed_at = time.time()
+    elect[first].send_signal(signal.SIGKILL)
+    elect[first].wait()
+    gained = wait_for(lambda: [e for e in _events(logs[other]) if e["event"] == "elected"], timeout=10,
+                      what="the other candidate elected")[-1]
+    assert gained["time"] - killed_at < 2.0, f"failover took {gained['time'] - killed_at:.2f} s"
+    assert gained["epoch"] > said["epoch"]
+    wait_for(lambda: not _alive(command), timeout=5, what="the killed leader's command gone")
+    said = json.loads(run_cli("leader", "jobs/primary", "--via", via, "--json").stdout)
+    assert said == {"name": "jobs/primary", "leader": other, "epoch": gained["epoch"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_killing_a_groups_leader_loses_no_write_and_applies_none_twice(ring_factory):
+    """One writer increments a counter by compare-and-set while the node leading the counter's group
+    is SIGKILLed: writes resume within 2 s of the kill under a new group leader, every increment
+    confirmed is there exactly once (a retry of one that was applied is answered, not applied again,
+    which would show as a refused compare-and-set of the writer's own), and none is lost.
+
+    To see it fail: drop the session from `ConsensusClient.command` (a retried increment is applied
+    again and refused), or make `Raft._advance_commit` count the leader alone (a write acknowledged by
+    the dead leader alone is lost)."""
+    ring = ring_factory()
+    ring.start(4)
+    ring.wait_consistent(timeout=30)
+    endpoints = [n.endpoint for n in ring.nodes]
+    wait_for(lambda: every_group_has(endpoints, 3), timeout=30, what="every group with 3 members")
+    key = "counter"
+    arc = str(arc_of(key_id(key), 64))
+    with ConsensusClient(endpoints[0], timeout=10) as client:
+        client.put(key, b"0")
+        states = groups_of(endpoints)
+        leader = next(e for e, groups in states.items() if groups.get(arc, {}).get("role") == "leader")
+        victim = next(n for n in ring.nodes if n.endpoint == leader)
+        entry = next(e for e in endpoints if e != leader)
+        client.dht.entry_points = [entry]
+        confirmed, gaps, killed_at = 0, [], None
+        last_ok = time.monotonic()
+        while confirmed < 60:
+            if confirmed == 20 and killed_at is None:
+                killed_at = time.monotonic()
+                ring.kill(victim)
+            value, version = client.get(key)
+            client.put(key, str(int(value) + 1).encode(), if_version=version)  # VersionMismatch: applied twice
+            confirmed += 1
+            now = time.monotonic()
+            gaps.append(now - last_ok)
+            last_ok = now
+        assert int(client.get(key)[0]) == confirmed
+    assert max(gaps) < 2.5, f"writes stopped for {max(gaps):.2f} s after the group's leader was killed"
+
+
+def test_a_group_without_its_majority_refuses_with_one_line(ring_factory):
+    """Two of three processes killed: every group has lost its majority. A write is refused with one
+    line that says so (exit 2), and a leader that is no longer leading is not named.
+
+    To see it fail: let `Raft._quorum` be 1 (the survivor commits alone)."""
+    ring = ring_factory()
+    ring.start(3)
+    ring.wait_consistent(timeout=30)
+    endpoints = [n.endpoint for n in ring.nodes]
+    wait_for(lambda: every_group_has(endpoints, 3), timeout=30, what="every group with 3 members")
+    survivor = ring.nodes[0]
+    for node in ring.nodes[1:]:
+        ring.kill(node)
+    out = run_cli("kv", "put", "lonely", "1", "--via", survivor.endpoint, "--timeout", "3")
+    one_error_line(out, "majority")
+    assert out.returncode == 2
+    with ConsensusClient(survivor.endpoint, timeout=2) as client, pytest.raises(NoMajority):
+        client.get("lonely")
+    with pytest.raises(VersionMismatch):  # (the exception a refused compare-and-set raises)
+        raise VersionMismatch("k", 3)
+
+
+def test_client_elect_gives_one_leader_and_fences_with_a_growing_epoch(ring):
+    """`Client.elect`: of two clients campaigning for one name, one leads; when it resigns, the other
+    leads under a higher epoch; `on_gain`/`on_loss` are told.
+
+    To see it fail: make `KvMachine._campaign` grant a held name to anyone (two leaders at once)."""
+    from chordpub import Client
+
+    via = ring.nodes[0].endpoint
+    gains: list[tuple[str, int]] = []
+    with Client(via) as a, Client(via) as b:
+        ea = a.elect("billing/primary", candidate="a", on_gain=lambda e: gains.append(("a", e)))
+        assert ea.wait_leader(10)
+        eb = b.elect("billing/primary", candidate="b", on_gain=lambda e: gains.append(("b", e)))
+        time.sleep(0.6)  # b campaigns (twice a renewal) and must not lead meanwhile
+        assert ea.is_leader and not eb.is_leader and a.leader("billing/primary") == ("a", ea.epoch)
+        ea.resign()
+        assert eb.wait_leader(10)
+        assert eb.epoch > ea.epoch and b.leader("billing/primary") == ("b", eb.epoch)
+    assert [g[0] for g in gains] == ["a", "b"]
