@@ -23,12 +23,13 @@ from dht.consensus_service import endpoint_of
 from dht.group_placement import SERVICE
 from dht.ids import key_id, process_of
 from dht.kv_machine import MAX_KEY_CHARS, check_command
-from dht.transport import SocketSetup
+from dht.transport import RpcClient, SocketSetup
 
 DEFAULT_TIMEOUT = 5.0  # seconds a command may take, elections and retries included
 ASK_TIMEOUT = 1.0  # seconds one member is waited for before the next is asked
 RETRY_PAUSE = 0.05  # seconds between asks while a group elects its leader
 MAX_CANDIDATES = 8  # members asked in turn when the leader is not known
+DOWN_FOR = 0.5  # seconds a member that did not answer is not asked again (its group elects meanwhile)
 
 
 class ConsensusError(RuntimeError):
@@ -61,7 +62,9 @@ class ConsensusClient:
         if not timeout > 0:
             raise ValueError("timeout must be positive")
         self.dht = DhtClient(via, timeout=ASK_TIMEOUT, retries=0, setup=setup)
-        self.rpc = self.dht.rpc
+        # the members' sockets: a member whose process died fails its call at once, not after a timeout
+        self.rpc = RpcClient(timeout=ASK_TIMEOUT, retries=0, setup=setup, watch=True)
+        self._down: dict[str, float] = {}  # member endpoint -> until when it is not asked (it did not answer)
         self.timeout = timeout
         self.client_id = client_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._seq = 0
@@ -140,10 +143,17 @@ class ConsensusClient:
                     time.sleep(min(RETRY_PAUSE * 4, max(0.0, left)))  # the ring is moving: ask it again
                     continue
             target = candidates.pop(0)
+            if self._down.get(target, 0.0) > time.monotonic():
+                if not candidates:
+                    time.sleep(min(RETRY_PAUSE, max(0.0, left)))
+                continue
             reply = self.rpc.call(target, "cmd", timeout=min(ASK_TIMEOUT, left), retries=0, arc=arc, cmd=command)
             if not reply.ok:
                 last = f"{target}: {reply.err}"
                 self._leaders.pop(arc, None)
+                self._down[target] = time.monotonic() + DOWN_FOR
+                if len(self._down) > MAX_CANDIDATES * 8:
+                    self._down = {e: t for e, t in self._down.items() if t > time.monotonic()}
                 continue
             answer = reply.body.get("answer")
             if not isinstance(answer, dict):
@@ -190,6 +200,7 @@ class ConsensusClient:
         return out
 
     def close(self) -> None:
+        self.rpc.close()
         self.dht.close()
 
     def __enter__(self) -> ConsensusClient:

@@ -44,8 +44,9 @@ from dht.transport import RpcClient, SocketSetup, base_options, bind_port
 
 log = logging.getLogger(__name__)
 
-QUIET_TICKS = 20  # ticks a settled group waits before it stops ticking (2 s at the default tick)
+QUIET_TICKS = 10  # ticks a settled group waits before it stops ticking (1 s at the default tick)
 PLACE_EVERY = 10.0  # seconds between checks of a led, awake group's members against the ring
+PLACE_DELAY = 0.5  # seconds the placement thread lets requests gather before it asks the ring
 MAX_MESSAGES = 4096  # Raft messages in one "raft" request at most
 
 
@@ -102,7 +103,8 @@ class ConsensusService:
         # the member that started the ring's groups: groups of a ring started apart (then merged) never mix
         self.genesis: str | None = None
         self.replicas, self.bits, self.locate = replicas, bits, locate
-        self.peers = RpcClient(timeout=1.0, retries=0, setup=setup, context=self.context)
+        # watching: a member's process that dies closes our connection to it, which wakes our groups
+        self.peers = RpcClient(timeout=1.0, retries=0, setup=setup, context=self.context, watch=True)
         self.random = random.Random()
         self.groups: dict[int, Group] = {}
         self.awake: set[int] = set()
@@ -144,8 +146,14 @@ class ConsensusService:
         self.jobs.put(("bootstrap", None))
 
     def ring_changed(self) -> None:
-        """The ring moved (from the host's maintenance thread): groups wake, leaders look again."""
+        """The ring moved (from the host's maintenance thread): the groups this process leads ask the
+        ring again who should hold them, and wake only to change their members."""
         self.jobs.put(("ring", None))
+
+    def peer_died(self) -> None:
+        """A connection to a peer process closed (it died): every group wakes, so that one whose leader
+        it was elects another."""
+        self.jobs.put(("died", None))
 
     def state(self) -> dict:
         """Each group's role, term, leader and members, for `info` and the tests (from any thread)."""
@@ -170,6 +178,8 @@ class ConsensusService:
         poller.register(self.socket, zmq.POLLIN)
         poller.register(self.jobs.fd, zmq.POLLIN)
         poller.register(self.peers.socket, zmq.POLLIN)
+        poller.register(self.peers.watch_socket, zmq.POLLIN)
+        closed = self.peers.closings()
         tick = TICK_MS / 1000
         next_tick = time.monotonic() + tick
         try:
@@ -178,6 +188,9 @@ class ConsensusService:
                 events = dict(poller.poll(max(0, int(wait * 1000)) + 1))
                 if self.peers.socket in events:
                     self.peers.on_readable()  # (peers never answer "raft"; an error reply is dropped)
+                if self.peers.watch_socket in events and self.peers.closings() != closed:
+                    closed = self.peers.closings()
+                    self.jobs.put(("died", None))
                 if self.jobs.fd in events:
                     self._take_jobs()
                 if self.socket in events:
@@ -204,8 +217,13 @@ class ConsensusService:
                 self.genesis = self.id
                 for arc in range(ARCS):
                     self._group(arc, (self.id,))
-            elif kind == "ring":
+            elif kind == "ring":  # the groups this process leads look again (awake only if they must change)
                 self.wanted.clear()
+                for arc, g in self.groups.items():
+                    if g.is_leader and arc not in self._asked:
+                        self._asked.add(arc)
+                        self._placing.put(arc)
+            elif kind == "died":  # a peer's process died: its groups' followers must see whether it led
                 for arc in self.groups:
                     self.awake.add(arc)
                     self.quiet[arc] = 0
@@ -213,9 +231,13 @@ class ConsensusService:
                 arc, members = arg
                 self._asked.discard(arc)
                 self.placed_at[arc] = time.monotonic()
-                if members is not None:
+                g = self.groups.get(arc)
+                if members is not None and g is not None:
                     self.wanted[arc] = members
-                    self._dirty.add(arc)
+                    if g.is_leader and next_change(g.raft.members, members, self.id) is not None:
+                        self.awake.add(arc)
+                        self.quiet[arc] = 0
+                        self._dirty.add(arc)
 
     def _receive(self) -> None:
         for _ in range(256):  # then a tick's turn: a flood cannot starve the groups' clocks
@@ -295,9 +317,12 @@ class ConsensusService:
     def _tick(self) -> None:
         for arc in list(self.awake):
             g = self.groups[arc]
+            r = g.raft
+            if r.role == FOLLOWER and self.id not in r.members:
+                self.awake.discard(arc)  # not (or no longer) a member: nothing to time; a message wakes it
+                continue
             g.tick()
             self._dirty.add(arc)
-            r = g.raft
             if r.role != LEADER:
                 continue
             if arc not in self.wanted and arc not in self._asked and \
@@ -369,6 +394,7 @@ class ConsensusService:
             arc = self._placing.get()
             if arc is None:
                 return
+            self.stopped.wait(PLACE_DELAY)  # a ring that moves moves in bursts (joins): one pass after them
             arcs = [arc]
             while True:  # one pass for what is asked together: processes are asked once per pass
                 try:
@@ -378,7 +404,7 @@ class ConsensusService:
                 if more is None:
                     return
                 arcs.append(more)
-            known: dict[str, str | None] = {}
+            known: dict = {}
             for a in dict.fromkeys(arcs):
                 try:
                     members = self.locate(arc_end(a, self.bits), known)

@@ -8,10 +8,11 @@ Blocking calls to the ring: run by the consensus service's placement thread, nev
 from __future__ import annotations
 
 from dht.client import DhtClient, DhtError
-from dht.ids import process_of
+from dht.ids import in_half_open, process_of
 from dht.transport import SocketSetup
 
 SERVICE = "consensus"  # the services key under which a node announces its consensus member id
+ARCS_SEEN = "\x00arcs"  # the key of `known` under which a pass keeps the owners' arcs it has asked
 
 
 class Placement:
@@ -21,10 +22,15 @@ class Placement:
         self.replicas = replicas
         self.dht = DhtClient(via, timeout=timeout, retries=0, setup=setup)
 
-    def wanted(self, end: int, known: dict[str, str | None]) -> list[str] | None:
+    def wanted(self, end: int, known: dict) -> list[str] | None:
         """The member ids that should hold the group whose arc ends at id `end`, or None when the ring
-        cannot say now (a lookup failed). `known`: process -> member id (None: no consensus service)
-        learned by earlier calls of the same pass, filled in as this one learns more."""
+        cannot say now (a lookup failed). `known`: what earlier calls of the same pass learned (each
+        process's member id, None for none; and each owner's arc with its answer), filled in as this
+        one learns more, so that a pass asks each owner and each process once."""
+        arcs = known.setdefault(ARCS_SEEN, [])
+        for lo, hi, members in arcs:
+            if in_half_open(end, lo, hi):
+                return members
         found = self.dht.lookup_id(end)
         if not found.ok or found.owner is None:
             return None
@@ -50,10 +56,12 @@ class Placement:
                 out.append(member)
             if len(out) >= self.replicas:
                 break
+        if owner["predecessor"] is not None:
+            arcs.append((owner["predecessor"]["id"], owner["id"], out))
         return out
 
     @staticmethod
-    def _learn(info: dict, known: dict[str, str | None]) -> None:
+    def _learn(info: dict, known: dict) -> None:
         member = info["services"].get(SERVICE)
         known[process_of(info["endpoint"])] = member if isinstance(member, str) else None
 

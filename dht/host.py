@@ -274,7 +274,7 @@ class ChordHost:
                 self._look_again()
                 if self.rpc.closings() != ours_closed:  # a peer of ours died (a client's leaving says nothing)
                     ours_closed = self.rpc.closings()
-                    self.consensus.ring_changed()
+                    self.consensus.peer_died()
                 for i in range(v):
                     self.pacings[i].wake()
                     self.maintainers[i].suspect = True  # a closed connection may be the predecessor's

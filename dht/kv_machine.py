@@ -138,7 +138,7 @@ class KvMachine:
 
     def _put(self, index: int, cmd: dict) -> dict:
         key, want = cmd["key"], cmd.get("if")
-        if want is not None and self._found(key) != want:
+        if want is not None and self._found(key) != want:  # a compare-and-set that finds another version
             return {"ok": False, "key": key, "version_found": self._found(key)}
         if key not in self.keys and len(self.keys) >= MAX_KEYS:
             return {"ok": False, "key": key, "error": f"this group holds {MAX_KEYS} keys already"}

@@ -77,15 +77,16 @@ def json_of(*args: str) -> dict | None:
 
 def test_every_listening_socket_can_be_given_its_port(procs):
     """--port and --ports fix every port a node and a client listen on (a firewall or a container's
-    port map needs them): the node's RPC, events, relay in and out; a client's service and PUB."""
-    # one block of six, split: three separate picks could overlap (CI run 31 gave the client's first
+    port map needs them): the node's RPC, events, relay in and out, consensus; a client's service and PUB."""
+    # one block of seven, split: separate picks could overlap (CI run 31 gave the client's first
     # port the node's own, free when picked, taken by the node before the client bound it)
-    port = free_consecutive(6)
-    base, client_base = port + 1, port + 4
+    port = free_consecutive(7)
+    base, client_base = port + 1, port + 5
     node = procs("node", "node", "start", "--port", str(port), "--ports", str(base), "--stabilize", "0.2")
     via = f"127.0.0.1:{port}"
     info = wait_for(lambda: json_of("node", "info", via), timeout=20, what="the node serving")
-    assert sorted(info["services"].values()) == [f"127.0.0.1:{base + i}" for i in range(3)], info["services"]
+    ports = sorted(endpoint.partition("#")[0] for endpoint in info["services"].values())  # (consensus: a member id)
+    assert ports == [f"127.0.0.1:{base + i}" for i in range(4)], info["services"]
     procs("pub", "pub", "--via", via, "--topic", "ported", "--ports", str(client_base), "--count", "0",
           "--rate", "5")
     topic = wait_for(lambda: (json_of("topic", "info", "ported", "--via", via) or {}).get("publishers"),

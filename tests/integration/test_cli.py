@@ -39,7 +39,7 @@ def test_node_info_json(ring):
                         "probe_bytes", "merges", "services", "denials"}
     assert out["process"] == node.endpoint and out["positions"] == [node.endpoint]  # one ring position
     assert out["denials"] == {}  # no policy, nothing refused
-    assert set(out["services"]) == {"events", "relay_in", "relay_out"}
+    assert set(out["services"]) == {"events", "relay_in", "relay_out", "consensus"}
     assert out["pns"] == 8  # proximity neighbour selection is on by default
     assert all(set(f) == {"id", "endpoint", "rtt_ms"} for f in out["fingers"] if f is not None)
     ids = sorted(n.id for n in ring.nodes)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from chordpub.launcher import wait_for
+from dht import wire
 from dht.arcs import ARCS, arc_of
 from dht.client import DhtClient
 from dht.consensus_client import ConsensusClient, NoMajority, VersionMismatch
@@ -236,3 +237,44 @@ def test_client_elect_gives_one_leader_and_fences_with_a_growing_epoch(ring):
         assert eb.wait_leader(10)
         assert eb.epoch > ea.epoch and b.leader("billing/primary") == ("b", eb.epoch)
     assert [g[0] for g in gains] == ["a", "b"]
+
+
+def test_garbage_at_the_consensus_socket_changes_nothing_and_stops_nothing(ring):
+    """Undecodable frames, unknown ops, commands and Raft messages of the wrong shape or for another
+    member: error replies where one can be addressed, no group state changed (terms and commits as
+    they were), and the groups still answer."""
+    import msgpack
+    import zmq
+
+    via = ring.nodes[0].endpoint
+    with ConsensusClient(via) as client:
+        version = client.put("garbage/before", b"v")
+    endpoints = [n.endpoint for n in ring.nodes]
+    wait_for(lambda: every_group_has(endpoints, 3), timeout=30, what="every group with 3 members")
+    target_member = DhtClient(via).info(via)["services"]["consensus"]
+    before = {arc: (g["term"], g["commit"]) for arc, g in groups_of([via])[via].items()}
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect("tcp://" + target_member.partition("#")[0])
+    rng = __import__("random").Random(7)
+    cases = [rng.randbytes(rng.randint(0, 100)) for _ in range(50)] + [msgpack.packb(c) for c in (
+        {"v": 1, "op": "cmd", "id": 1, "arc": 64, "cmd": {"op": "get", "key": "k"}},
+        {"v": 1, "op": "cmd", "id": 2, "arc": 3, "cmd": {"op": "put", "key": "", "value": b"x"}},
+        {"v": 1, "op": "cmd", "id": 3, "arc": 3, "cmd": {"op": "expire", "name": "n", "renewed": 1}},
+        {"v": 1, "op": "raft", "id": 4, "src": "nobody", "g": "x#1", "m": []},
+        {"v": 1, "op": "raft", "id": 5, "src": "a:1#1", "g": "b:1#1", "m": [[0, {"k": "vote"}]]},
+        {"v": 1, "op": "raft", "id": 6, "src": "a:1#1", "g": "b:1#1", "m": "no"},
+        {"v": 1, "op": "nope", "id": 7},
+    )]
+    for frame in cases:
+        sock.send(frame)
+    replies = []
+    while sock.poll(1000):
+        replies.append(wire.decode_reply(sock.recv()))
+    sock.close()
+    assert {r["id"] for r in replies} >= {1, 4, 6, 7}
+    assert all(r["ok"] is False or r["answer"]["ok"] is False for r in replies)
+    after = {arc: (g["term"], g["commit"]) for arc, g in groups_of([via])[via].items()}
+    assert after == before
+    with ConsensusClient(via) as client:
+        assert client.get("garbage/before") == (b"v", version)
