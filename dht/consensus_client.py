@@ -19,7 +19,7 @@ import time
 
 from dht.arcs import arc_end, arc_of
 from dht.client import DhtClient, DhtError
-from dht.consensus_service import endpoint_of
+from dht.consensus_wire import endpoint_of
 from dht.group_placement import SERVICE
 from dht.ids import key_id, process_of
 from dht.kv_machine import MAX_KEY_CHARS, check_command

@@ -34,6 +34,8 @@ from dht.raft import LEADER, Entry, Message, Raft
 TICK_MS = 100  # the driver's tick: etcd's default heartbeat interval
 ELECTION_TICKS = 10  # 1 s without a leader before a member campaigns (etcd's default election timeout)
 MAX_WAITING = 10_000  # requests one leader holds until their entries apply; beyond, refused at once
+COMPACT_EVERY = 500  # entries applied past the last snapshot before the log is folded into a new one
+KEEP_ENTRIES = 50  # entries kept after a snapshot, so that a follower a little behind needs no snapshot
 OVERWRITTEN = {"ok": False, "error": "not applied: the group's leader changed before it was committed; send it again"}
 
 
@@ -102,6 +104,10 @@ class Group:
 
     def ready(self) -> GroupReady:
         rd = self.raft.ready()
+        if rd.snapshot is not None:  # a leader's state, installed: its leases timed from now, in full
+            self.machine = KvMachine.restore(rd.snapshot)
+            self.lease_ends = {name: (self.raft.now + self._ticks(h.lease_ms), h.renewed)
+                               for name, h in self.machine.holders.items()}
         for entry in rd.committed:
             answer = self.machine.apply(entry.index, entry.data)
             if answer is not None:
@@ -110,8 +116,18 @@ class Group:
             if waiting is not None:
                 term, ticket = waiting
                 self._answers.append((ticket, (answer or {"ok": True}) if term == entry.term else OVERWRITTEN))
+        if self.raft.applied - self.raft.snap_index >= COMPACT_EVERY + KEEP_ENTRIES:
+            self.compact(self.raft.applied - KEEP_ENTRIES)
         answers, self._answers = self._answers, []
         return GroupReady(rd.term, rd.voted_for, rd.entries, rd.messages, answers)
+
+    def compact(self, index: int) -> None:
+        """Fold the log up to `index` (applied) into a snapshot of the machine as it was there: the
+        machine is replayed from the last snapshot, so the state kept is exactly index's."""
+        machine = KvMachine.restore(self.raft.snapshot[3]) if self.raft.snap_index else KvMachine()
+        for entry in self.raft.log[:index - self.raft.snap_index]:
+            machine.apply(entry.index, entry.data)
+        self.raft.compact(index, machine.snapshot())
 
     def _lease_clock(self, entry: Entry, answer: dict) -> None:
         op = decode(entry.data)["op"]

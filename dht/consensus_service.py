@@ -36,6 +36,7 @@ import zmq
 from dht import raft_wire, wire
 from dht.arcs import ARCS, arc_end, next_change
 from dht.consensus_group import TICK_MS, Group
+from dht.consensus_wire import SCHEMAS, arc_field, endpoint_of
 from dht.kv_machine import CommandError
 from dht.pacing import WakingQueue
 from dht.raft import FOLLOWER, LEADER, AppendReply
@@ -45,45 +46,10 @@ from dht.transport import RpcClient, SocketSetup, base_options, bind_port
 log = logging.getLogger(__name__)
 
 QUIET_TICKS = 10  # ticks a settled group waits before it stops ticking (1 s at the default tick)
-PLACE_EVERY = 10.0  # seconds between checks of a led, awake group's members against the ring
+PLACE_EVERY = 30.0  # seconds between checks of every led group's members against the ring (asleep too)
+PLACE_RETRY = 1.0  # seconds before asking again where the ring could not say
+BATCH_BYTES = 640 * 1024  # Raft messages' bytes in one request to a peer, about, at most
 PLACE_DELAY = 0.5  # seconds the placement thread lets requests gather before it asks the ring
-MAX_MESSAGES = 4096  # Raft messages in one "raft" request at most
-
-
-def _member(value: Any, what: str) -> str:  # noqa: ANN401 - anything the network brings
-    if not isinstance(value, str) or not 0 < len(value) <= wire.MAX_FIELD_CHARS or "#" not in value:
-        raise wire.WireError(f"{what} must be a member id host:port#incarnation")
-    return value
-
-
-def _arc(value: Any, what: str) -> int:  # noqa: ANN401
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < ARCS:
-        raise wire.WireError(f"{what} must be an arc in 0..{ARCS - 1}")
-    return value
-
-
-def _list(value: Any, what: str) -> list:  # noqa: ANN401
-    if not isinstance(value, list) or len(value) > MAX_MESSAGES:
-        raise wire.WireError(f"{what} must be a list of at most {MAX_MESSAGES}")
-    return value
-
-
-def _map(value: Any, what: str) -> dict:  # noqa: ANN401
-    if not isinstance(value, dict):
-        raise wire.WireError(f"{what} must be a map")
-    return value
-
-
-SCHEMAS: wire.Schemas = {
-    "raft": {"src": (_member, True), "g": (_member, True), "m": (_list, True), "q": (_list, False)},
-    "cmd": {"arc": (_arc, True), "cmd": (_map, True)},
-    "state": {},
-}
-
-
-def endpoint_of(member: str) -> str:
-    """The consensus endpoint ("host:port") of member id "host:port#incarnation"."""
-    return member.partition("#")[0]
 
 
 class ConsensusService:
@@ -110,16 +76,18 @@ class ConsensusService:
         self.awake: set[int] = set()
         self.quiet: dict[int, int] = {}  # arc -> ticks its led group has been settled
         self.wanted: dict[int, list[str]] = {}  # arc -> the members the ring wants (led groups, once placed)
-        self.placed_at: dict[int, float] = {}
         self.jobs = WakingQueue()  # from other threads: ("ring", None), ("wanted", (arc, members))
         self._placing: queue.Queue = queue.Queue()  # arcs for the placement thread
-        self._asked: set[int] = set()  # arcs it has not answered yet
+        self._asked: dict[int, int] = {}  # arcs it has not answered yet -> the ring's moves when asked
+        self._moves = 0  # changes of the ring so far: an answer from before the latest is asked again
         self._dirty: set[int] = set()
         self._out: dict[str, list] = defaultdict(list)  # member -> [[arc, raft message], ...]
         self._quiesce: dict[str, list] = defaultdict(list)  # member -> [[arc, term, index], ...]
         self.stopped = threading.Event()
         self.reject_log = RejectLog("malformed consensus message")
         self.messages_in = self.messages_out = self.bytes_out = 0
+        self.failures = 0  # loop turns that raised (logged at most every 5 s)
+        self._failure_logged = float("-inf")
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -161,7 +129,7 @@ class ConsensusService:
         for arc, g in list(self.groups.items()):
             r = g.raft
             out[str(arc)] = {"role": r.role, "term": r.term, "leader": r.leader, "members": list(r.members),
-                        "commit": r.commit, "awake": arc in self.awake}
+                        "commit": r.commit, "snapshot": r.snap_index, "awake": arc in self.awake}
         return out
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -182,9 +150,10 @@ class ConsensusService:
         closed = self.peers.closings()
         tick = TICK_MS / 1000
         next_tick = time.monotonic() + tick
-        try:
-            while not self.stopped.is_set():
-                wait = next_tick - time.monotonic() if self.awake else 5.0
+        next_sweep = time.monotonic() + PLACE_EVERY
+        while not self.stopped.is_set():
+            try:
+                wait = min(next_tick if self.awake else next_sweep, next_sweep) - time.monotonic()
                 events = dict(poller.poll(max(0, int(wait * 1000)) + 1))
                 if self.peers.socket in events:
                     self.peers.on_readable()  # (peers never answer "raft"; an error reply is dropped)
@@ -202,9 +171,22 @@ class ConsensusService:
                     self._tick()
                 elif not self.awake:
                     next_tick = now + tick
+                if now >= next_sweep:  # a ring that moved unseen (a pass that failed, a lost change)
+                    next_sweep = now + PLACE_EVERY * random.uniform(0.9, 1.1)
+                    for arc, g in self.groups.items():
+                        if g.is_leader:
+                            self._place_later(arc)
                 self._flush()
-        except Exception:  # a bug here must be seen, and must not take the node down with it
-            log.exception("consensus loop stopped")
+            except zmq.ContextTerminated:
+                return
+            except Exception:  # a bug must be seen, and must stop neither the node nor the other groups
+                self.failures += 1
+                if time.monotonic() - self._failure_logged >= 5.0:  # seen, without flooding the log
+                    self._failure_logged = time.monotonic()
+                    log.exception("consensus loop turn failed (%d so far)", self.failures)
+                self._dirty.clear()
+                self._out.clear()
+                self._quiesce.clear()
 
     def _take_jobs(self) -> None:
         self.jobs.clear()
@@ -219,19 +201,22 @@ class ConsensusService:
                     self._group(arc, (self.id,))
             elif kind == "ring":  # the groups this process leads look again (awake only if they must change)
                 self.wanted.clear()
+                self._moves += 1
                 for arc, g in self.groups.items():
-                    if g.is_leader and arc not in self._asked:
-                        self._asked.add(arc)
-                        self._placing.put(arc)
+                    if g.is_leader:
+                        self._place_later(arc)
             elif kind == "died":  # a peer's process died: its groups' followers must see whether it led
                 for arc in self.groups:
                     self.awake.add(arc)
                     self.quiet[arc] = 0
             elif kind == "wanted":
                 arc, members = arg
-                self._asked.discard(arc)
-                self.placed_at[arc] = time.monotonic()
+                asked_at = self._asked.pop(arc, self._moves)
                 g = self.groups.get(arc)
+                if asked_at != self._moves and g is not None and g.is_leader:
+                    self._place_later(arc)  # the ring moved while the answer was sought: it may be stale
+                    continue
+                log.debug("arc %d: the ring wants %s", arc, members)
                 if members is not None and g is not None:
                     self.wanted[arc] = members
                     if g.is_leader and next_change(g.raft.members, members, self.id) is not None:
@@ -274,7 +259,7 @@ class ConsensusService:
             try:
                 if not isinstance(item, list) or len(item) != 2:
                     raise wire.WireError("a raft item is [arc, message]")
-                arc, msg = _arc(item[0], "arc"), raft_wire.decode(item[1])
+                arc, msg = arc_field(item[0], "arc"), raft_wire.decode(item[1])
             except wire.WireError as exc:
                 self.reject_log(str(exc))
                 continue
@@ -318,21 +303,17 @@ class ConsensusService:
         for arc in list(self.awake):
             g = self.groups[arc]
             r = g.raft
-            if r.role == FOLLOWER and self.id not in r.members:
-                self.awake.discard(arc)  # not (or no longer) a member: nothing to time; a message wakes it
+            if r.role == FOLLOWER and self.id not in r.members and r.since_leader >= r.election_ticks:
+                # not (or no longer) a member, and its lease on the last leader it heard is over (it may
+                # vote again: a group mid-change may need its vote): nothing more to time until a message
+                self.awake.discard(arc)
                 continue
             g.tick()
             self._dirty.add(arc)
             if r.role != LEADER:
                 continue
-            if arc not in self.wanted and arc not in self._asked and \
-                    time.monotonic() - self.placed_at.get(arc, float("-inf")) >= 1.0:
-                self._asked.add(arc)
-                self._placing.put(arc)
-            elif arc in self.wanted and time.monotonic() - self.placed_at.get(arc, 0.0) >= PLACE_EVERY \
-                    and arc not in self._asked:
-                self._asked.add(arc)
-                self._placing.put(arc)
+            if arc not in self.wanted:
+                self._place_later(arc)
             if self._settled(arc, g):
                 self.quiet[arc] = self.quiet.get(arc, 0) + 1
                 if self.quiet[arc] >= QUIET_TICKS:
@@ -342,6 +323,12 @@ class ConsensusService:
                     self.awake.discard(arc)
             else:
                 self.quiet[arc] = 0
+
+    def _place_later(self, arc: int) -> None:
+        """Ask the placement thread who should hold `arc` (once: not while an earlier ask is open)."""
+        if arc not in self._asked:
+            self._asked[arc] = self._moves
+            self._placing.put(arc)
 
     def _settled(self, arc: int, g: Group) -> bool:
         """Nothing for this leader's group to do until something happens to it."""
@@ -363,12 +350,13 @@ class ConsensusService:
                 self._reply(ident, rid, answer=answer)
         self._dirty.clear()
         for member in set(self._out) | set(self._quiesce):
-            fields: dict[str, Any] = {"src": self.id, "g": self.genesis, "m": self._out.pop(member, [])}
             quiesce = self._quiesce.pop(member, None)
-            if quiesce:
-                fields["q"] = quiesce
-            self.peers.send(endpoint_of(member), "raft", **fields)
-            self.messages_out += 1
+            for i, part in enumerate(_batches(self._out.pop(member, []))):
+                fields: dict[str, Any] = {"src": self.id, "g": self.genesis, "m": part}
+                if quiesce and i == 0:
+                    fields["q"] = quiesce
+                self.peers.send(endpoint_of(member), "raft", **fields)
+                self.messages_out += 1
         self.bytes_out = self.peers.bytes_sent
 
     def _reconfigure(self, arc: int, g: Group) -> None:
@@ -405,13 +393,36 @@ class ConsensusService:
                     return
                 arcs.append(more)
             known: dict = {}
+            unknown = []
             for a in dict.fromkeys(arcs):
                 try:
                     members = self.locate(arc_end(a, self.bits), known)
                 except Exception:  # a ring that cannot be asked now: asked again later
                     log.exception("placement of arc %d failed", a)
                     members = None
-                self.jobs.put(("wanted", (a, members)))
+                if members is None:
+                    unknown.append(a)
+                else:
+                    self.jobs.put(("wanted", (a, members)))
+            if unknown and not self.stopped.wait(PLACE_RETRY):
+                for a in unknown:  # the ring could not say: asked again (still open in the loop's eyes)
+                    self._placing.put(a)
+
+
+def _batches(items: list) -> list[list]:
+    """A peer's messages in requests under BATCH_BYTES each (a frame over the wire's 1 MiB is dropped):
+    an append carries up to 256 KiB of entries, a snapshot chunk 256 KiB."""
+    out: list[list] = [[]]
+    size = 0
+    for item in items:
+        body = item[1]
+        n = 200 + sum(len(e[2]) + 64 for e in body.get("entries", ())) + len(body.get("data", b""))
+        if out[-1] and size + n > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += n
+    return out
 
 
 def _loose(body: bytes) -> dict:

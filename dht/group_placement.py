@@ -50,7 +50,7 @@ class Placement:
                 try:
                     self._learn(self.dht.info(endpoint), known)
                 except DhtError:
-                    continue  # gone since the owner heard of it: the next one stands in
+                    return None  # gone, or slow: asked again once the ring has dropped it, or it answers
             member = known.get(process)
             if member is not None:
                 out.append(member)

@@ -26,6 +26,7 @@ import msgpack
 MAX_KEY_CHARS = 256
 MAX_VALUE_BYTES = 64 * 1024
 MAX_KEYS = 100_000  # keys one group holds; a put of a new key beyond is refused
+MAX_STATE_BYTES = 64 * 1024 * 1024  # keys and values one group holds, in bytes: a put beyond is refused
 MAX_ELECTIONS = 100_000  # names held at once in one group; a campaign for a new name beyond is refused
 SESSIONS = 10_000  # clients whose last answer a group remembers (retries of older ones are applied again)
 OPS = ("put", "delete", "get", "campaign", "resign", "expire", "who")
@@ -105,6 +106,30 @@ class KvMachine:
         self.holders: dict[str, Holder] = {}
         self.sessions: OrderedDict[str, tuple[int, dict]] = OrderedDict()  # client -> (seq, its answer)
         self.applied = 0
+        self.bytes = 0  # of the keys and values held
+
+    def snapshot(self) -> bytes:
+        """The whole state as of `applied` (Raft §7: the log up to there can go)."""
+        return msgpack.packb({
+            "applied": self.applied,
+            "keys": [[k, h.value, h.version] for k, h in self.keys.items()],
+            "holders": [[n, h.candidate, h.epoch, h.lease_ms, h.renewed] for n, h in self.holders.items()],
+            "sessions": [[c, seq, answer] for c, (seq, answer) in self.sessions.items()]}, use_bin_type=True)
+
+    @classmethod
+    def restore(cls, data: bytes) -> KvMachine:
+        """The state a `snapshot()` holds (written by a member of the same group: trusted as the log is)."""
+        raw = msgpack.unpackb(data, raw=False)
+        m = cls()
+        m.applied = raw["applied"]
+        for k, value, version in raw["keys"]:
+            m.keys[k] = Held(value, version)
+            m.bytes += len(k) + len(value)
+        for name, candidate, epoch, lease_ms, renewed in raw["holders"]:
+            m.holders[name] = Holder(candidate, epoch, lease_ms, renewed)
+        for client, seq, answer in raw["sessions"]:
+            m.sessions[client] = (seq, answer)
+        return m
 
     def apply(self, index: int, data: bytes) -> dict | None:
         """Apply the command committed at `index` (empty data: a leader's no-op); its answer."""
@@ -142,6 +167,11 @@ class KvMachine:
             return {"ok": False, "key": key, "version_found": self._found(key)}
         if key not in self.keys and len(self.keys) >= MAX_KEYS:
             return {"ok": False, "key": key, "error": f"this group holds {MAX_KEYS} keys already"}
+        old = self.keys.get(key)
+        grown = len(cmd["value"]) - (len(old.value) if old else -len(key))
+        if self.bytes + grown > MAX_STATE_BYTES:
+            return {"ok": False, "key": key, "error": f"this group holds {MAX_STATE_BYTES} bytes of keys already"}
+        self.bytes += grown
         self.keys[key] = Held(cmd["value"], index)
         return {"ok": True, "key": key, "version": index}
 
@@ -149,7 +179,10 @@ class KvMachine:
         key, want = cmd["key"], cmd.get("if")
         if want is not None and self._found(key) != want:
             return {"ok": False, "key": key, "version_found": self._found(key)}
-        return {"ok": True, "key": key, "deleted": self.keys.pop(key, None) is not None}
+        held = self.keys.pop(key, None)
+        if held is not None:
+            self.bytes -= len(key) + len(held.value)
+        return {"ok": True, "key": key, "deleted": held is not None}
 
     def _get(self, index: int, cmd: dict) -> dict:
         held = self.keys.get(cmd["key"])

@@ -22,114 +22,68 @@ What is here, by the paper's sections:
   majority, before any other member could be elected (ticks of equal length at every member: the
   caller's clocks may drift by less than the `drift_ticks` margin);
 - membership changes one server at a time (thesis §4.1): a configuration entry takes effect when it
-  is appended, and only one may be uncommitted at a time.
-Log compaction and snapshots are not here: a group's log is the caller's to truncate once applied.
+  is appended, and only one may be uncommitted at a time;
+- log compaction (§7): the caller folds the applied prefix into a snapshot of its state (`compact`),
+  and a leader sends a follower that lags behind it the snapshot instead, in chunks
+  (InstallSnapshot), which the follower's caller restores (`Ready.snapshot`) before applying more.
+
+The messages are dht/raft_messages.py's; compaction's rules dht/raft_snapshots.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-FOLLOWER, PRE_CANDIDATE, CANDIDATE, LEADER = "follower", "pre-candidate", "candidate", "leader"
+from dht.raft_messages import (
+    CANDIDATE,
+    FOLLOWER,
+    LEADER,
+    PRE_CANDIDATE,
+    Append,
+    AppendReply,
+    Entry,
+    Message,
+    NotLeader,
+    Ready,
+    Snapshot,
+    SnapshotReply,
+    Vote,
+    VoteReply,
+)
+from dht.raft_snapshots import SNAPSHOT_CHUNK, Compaction
+
+__all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "PRE_CANDIDATE", "SNAPSHOT_CHUNK", "Append", "AppendReply", "Entry",
+           "Message", "NotLeader", "Raft", "Ready", "Snapshot", "SnapshotReply", "Vote", "VoteReply"]
+
 MAX_APPEND = 64  # entries in one append message at most (a follower far behind catches up in steps)
+MAX_APPEND_BYTES = 256 * 1024  # and their data at most this much (one entry at least)
 
 
-class NotLeader(Exception):
-    """A proposal to a node that is not the leader; `leader` names the one it knows (None: none)."""
-
-    def __init__(self, leader: str | None) -> None:
-        super().__init__(f"not the leader (the leader is {leader})" if leader else "not the leader (none known)")
-        self.leader = leader
-
-
-@dataclass(frozen=True)
-class Entry:
-    term: int
-    index: int
-    data: bytes = b""
-    members: tuple[str, ...] | None = None  # a configuration entry: the group's members from here on
-
-
-@dataclass(frozen=True)
-class Vote:
-    """RequestVote (§5.2), or its pre-vote probe: `term` is the term the candidate would stand in."""
-
-    src: str
-    dst: str
-    term: int
-    last_index: int
-    last_term: int
-    pre: bool = False
-
-
-@dataclass(frozen=True)
-class VoteReply:
-    src: str
-    dst: str
-    term: int
-    granted: bool
-    pre: bool = False
-
-
-@dataclass(frozen=True)
-class Append:
-    """AppendEntries (§5.3); with no entries, the heartbeat."""
-
-    src: str
-    dst: str
-    term: int
-    prev_index: int
-    prev_term: int
-    entries: tuple[Entry, ...]
-    commit: int
-    sent: int = 0  # the leader's tick when it sent this: echoed back, it dates the follower's lease
-
-
-@dataclass(frozen=True)
-class AppendReply:
-    src: str
-    dst: str
-    term: int
-    success: bool
-    index: int  # success: the follower's log matches up to here; refused: its last index (a hint)
-    sent: int = 0  # the `sent` of the append answered
-
-
-Message = Vote | VoteReply | Append | AppendReply
-
-
-@dataclass
-class Ready:
-    """What one call produced: persist `term`, `voted_for` and `entries` (which replace the log from
-    their first index on) before sending `messages`; apply `committed` in order."""
-
-    term: int
-    voted_for: str | None
-    entries: list[Entry] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-    committed: list[Entry] = field(default_factory=list)
-
-
-class Raft:
+class Raft(Compaction):
     """One member of one group. `members` is the group's first configuration (the same at every
-    member); `log`, `term` and `voted_for` what the caller persisted before a restart. `random(lo, hi)`
+    member); `log`, `term`, `voted_for` and `snapshot` (index, term, members, data) what the caller
+    persisted before a restart (the log then starts after the snapshot's index). `random(lo, hi)`
     draws an integer in [lo, hi]: the election timeout, in ticks, from `election_ticks` to twice it."""
 
     def __init__(self, id: str, members: tuple[str, ...], random: Callable[[int, int], int], *,
                  election_ticks: int = 10, heartbeat_ticks: int = 1, drift_ticks: int = 1, term: int = 0,
-                 voted_for: str | None = None, log: list[Entry] | None = None) -> None:
+                 voted_for: str | None = None, log: list[Entry] | None = None,
+                 snapshot: tuple[int, int, tuple[str, ...], bytes] | None = None) -> None:
         if heartbeat_ticks < 1 or election_ticks <= heartbeat_ticks + drift_ticks or drift_ticks < 0:
             raise ValueError("ticks: 1 <= heartbeat_ticks, 0 <= drift_ticks, heartbeat + drift < election_ticks")
         self.id = id
         self.random = random
         self.election_ticks, self.heartbeat_ticks, self.drift_ticks = election_ticks, heartbeat_ticks, drift_ticks
         self.term, self.voted_for = term, voted_for
+        self.initial = tuple(members)
+        # (index, term, configuration, data): what the log before index+1 was folded into (§7)
+        self.snapshot: tuple[int, int, tuple[str, ...], bytes] = snapshot or (0, 0, self.initial, b"")
         self.log: list[Entry] = list(log or [])
         self._configs = [e.index for e in self.log if e.members is not None]  # configuration entries, in order
-        self.initial = tuple(members)
-        self.commit = 0
-        self.applied = 0
+        self.commit = self.applied = self.snapshot[0]
+        self._sending: dict[str, tuple[int, int]] = {}  # leader: peer -> (snapshot index, offset) it sends next
+        self._receiving: tuple[int, int, bytearray] | None = None  # follower: a snapshot's index, term, bytes
+        self._restored: bytes | None = None  # a snapshot installed, for the caller to restore
         self.role = FOLLOWER
         self.leader: str | None = None
         self.votes: set[str] = set()
@@ -149,18 +103,27 @@ class Raft:
     @property
     def members(self) -> tuple[str, ...]:
         """The configuration in force: the last one in the log, committed or not (thesis §4.1)."""
-        return self.log[self._configs[-1] - 1].members if self._configs else self.initial  # type: ignore[return-value]
+        if self._configs:
+            return self.log[self._configs[-1] - self.snap_index - 1].members  # type: ignore[return-value]
+        return self.snapshot[2]
+
+    @property
+    def snap_index(self) -> int:
+        return self.snapshot[0]
 
     @property
     def last_index(self) -> int:
-        return self.log[-1].index if self.log else 0
+        return self.log[-1].index if self.log else self.snapshot[0]
 
     @property
     def last_term(self) -> int:
-        return self.log[-1].term if self.log else 0
+        return self.log[-1].term if self.log else self.snapshot[1]
 
     def term_at(self, index: int) -> int:
-        return self.log[index - 1].term if 0 < index <= len(self.log) else 0
+        if index == self.snapshot[0]:
+            return self.snapshot[1]
+        i = index - self.snapshot[0]
+        return self.log[i - 1].term if 0 < i <= len(self.log) else 0
 
     def lease_ticks(self) -> int:
         """Ticks for which this leader is certainly the only one (0: not a leader)."""
@@ -178,10 +141,11 @@ class Raft:
         out = Ready(self.term, self.voted_for, messages=self._out)
         self._out = []
         if self._unsaved_from is not None:
-            out.entries = self.log[self._unsaved_from - 1:]
+            out.entries = self.log[max(0, self._unsaved_from - self.snap_index - 1):]
             self._unsaved_from = None
+        out.snapshot, self._restored = self._restored, None
         if self.commit > self.applied:
-            out.committed = self.log[self.applied:self.commit]
+            out.committed = self.log[self.applied - self.snap_index:self.commit - self.snap_index]
             self.applied = self.commit
         return out
 
@@ -237,6 +201,10 @@ class Raft:
             self._on_append(msg)
         elif isinstance(msg, AppendReply):
             self._on_append_reply(msg)
+        elif isinstance(msg, Snapshot):
+            self._on_snapshot(msg)
+        elif isinstance(msg, SnapshotReply):
+            self._on_snapshot_reply(msg)
 
     # -- elections ---------------------------------------------------------------------------------------
     def _quorum(self) -> int:
@@ -313,7 +281,7 @@ class Raft:
     # -- replication -------------------------------------------------------------------------------------
     def _append(self, entries: list[Entry]) -> None:
         first = entries[0].index
-        del self.log[first - 1:]
+        del self.log[first - self.snap_index - 1:]
         while self._configs and self._configs[-1] >= first:
             self._configs.pop()
         self.log.extend(entries)
@@ -332,9 +300,17 @@ class Raft:
 
     def _send_append(self, peer: str) -> None:
         nxt = max(1, min(self.next_index.get(peer, self.last_index + 1), self.last_index + 1))
-        entries = tuple(self.log[nxt - 1:nxt - 1 + MAX_APPEND])
-        self._out.append(Append(self.id, peer, self.term, nxt - 1, self.term_at(nxt - 1), entries, self.commit,
-                                self.now))
+        if nxt <= self.snap_index:  # what it lacks is folded into the snapshot: it gets that (§7)
+            self._send_snapshot(peer)
+            return
+        entries, size = [], 0
+        for e in self.log[nxt - self.snap_index - 1:nxt - self.snap_index - 1 + MAX_APPEND]:
+            size += len(e.data)
+            if entries and size > MAX_APPEND_BYTES:
+                break
+            entries.append(e)
+        self._out.append(Append(self.id, peer, self.term, nxt - 1, self.term_at(nxt - 1), tuple(entries),
+                                self.commit, self.now))
 
     def _on_append(self, msg: Append) -> None:
         if msg.term < self.term:
@@ -344,6 +320,9 @@ class Raft:
             self._become_follower(msg.term, msg.src)
         self.elapsed = 0
         self.since_leader = 0
+        if msg.prev_index < self.snap_index:  # its start is folded into our snapshot: committed, so it matches
+            self._out.append(AppendReply(self.id, msg.src, self.term, True, self.commit, msg.sent))
+            return
         if msg.prev_index > self.last_index or self.term_at(msg.prev_index) != msg.prev_term:
             self._out.append(AppendReply(self.id, msg.src, self.term, False, min(self.last_index, msg.prev_index - 1),
                                          msg.sent))
@@ -361,6 +340,7 @@ class Raft:
             return
         self.acked[msg.src] = max(self.acked.get(msg.src, -self.election_ticks), msg.sent)
         if msg.success:
+            self._sending.pop(msg.src, None)
             if msg.index > self.match_index.get(msg.src, 0):
                 self.match_index[msg.src] = msg.index
                 self.next_index[msg.src] = msg.index + 1

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dht.raft import MAX_APPEND, Append, AppendReply, Entry, Message, Vote, VoteReply
+from dht.raft import (
+    MAX_APPEND,
+    SNAPSHOT_CHUNK,
+    Append,
+    AppendReply,
+    Entry,
+    Message,
+    Snapshot,
+    SnapshotReply,
+    Vote,
+    VoteReply,
+)
 from dht.wire import MAX_FIELD_CHARS, MAX_VALUE_BYTES, WireError
 
 MAX_TERM = (1 << 63) - 1  # terms, indexes and ticks: msgpack integers, never negative
@@ -28,6 +39,11 @@ def encode(msg: Message) -> dict:
         return {"k": "append", **head, "prev_index": msg.prev_index, "prev_term": msg.prev_term,
                 "entries": [[e.term, e.index, e.data, None if e.members is None else list(e.members)]
                             for e in msg.entries], "commit": msg.commit, "sent": msg.sent}
+    if isinstance(msg, Snapshot):
+        return {"k": "snapshot", **head, "index": msg.index, "last_term": msg.last_term, "members": list(msg.members),
+                "offset": msg.offset, "data": msg.data, "done": msg.done, "sent": msg.sent}
+    if isinstance(msg, SnapshotReply):
+        return {"k": "snapshot_reply", **head, "index": msg.index, "offset": msg.offset, "sent": msg.sent}
     return {"k": "append_reply", **head, "success": msg.success, "index": msg.index, "sent": msg.sent}
 
 
@@ -47,6 +63,14 @@ def decode(body: Any) -> Message:  # noqa: ANN401 - anything the network brings
                       _uint(body, "commit"), _uint(body, "sent"))
     if kind == "append_reply":
         return AppendReply(*head, _flag(body, "success"), _uint(body, "index"), _uint(body, "sent"))
+    if kind == "snapshot":
+        data = body.get("data")
+        if not isinstance(data, bytes) or len(data) > SNAPSHOT_CHUNK:
+            raise WireError(f"a snapshot chunk is at most {SNAPSHOT_CHUNK} bytes")
+        return Snapshot(*head, _uint(body, "index"), _uint(body, "last_term"), _members(body.get("members")),
+                        _uint(body, "offset"), data, _flag(body, "done"), _uint(body, "sent"))
+    if kind == "snapshot_reply":
+        return SnapshotReply(*head, _uint(body, "index"), _uint(body, "offset"), _uint(body, "sent"))
     raise WireError(f"unknown raft message kind {kind!r}")
 
 
@@ -84,11 +108,14 @@ def _entries(value: Any, prev_index: int) -> tuple[Entry, ...]:  # noqa: ANN401
         data, members = raw[2], raw[3]
         if not isinstance(data, bytes) or len(data) > MAX_VALUE_BYTES:
             raise WireError(f"a raft entry's data is at most {MAX_VALUE_BYTES} bytes")
-        if members is not None:
-            if not isinstance(members, list) or not 0 < len(members) <= MAX_MEMBERS:
-                raise WireError(f"a raft configuration names 1..{MAX_MEMBERS} members")
-            members = tuple(_member(members, j) for j in range(len(members)))
-            if len(set(members)) != len(members):
-                raise WireError("a raft configuration names a member twice")
-        out.append(Entry(term, index, data, members))
+        out.append(Entry(term, index, data, None if members is None else _members(members)))
     return tuple(out)
+
+
+def _members(members: Any) -> tuple[str, ...]:  # noqa: ANN401
+    if not isinstance(members, list) or not 0 < len(members) <= MAX_MEMBERS:
+        raise WireError(f"a raft configuration names 1..{MAX_MEMBERS} members")
+    out = tuple(_member(members, j) for j in range(len(members)))
+    if len(set(out)) != len(out):
+        raise WireError("a raft configuration names a member twice")
+    return out

@@ -278,3 +278,52 @@ def test_garbage_at_the_consensus_socket_changes_nothing_and_stops_nothing(ring)
     assert after == before
     with ConsensusClient(via) as client:
         assert client.get("garbage/before") == (b"v", version)
+
+
+def test_a_member_that_joins_after_the_log_was_compacted_gets_the_keys_from_a_snapshot(ring_factory):
+    """Enough writes to one arc that its group folds its log into a snapshot; one member's process is
+    killed and a new process joins, which the group's leader adds in its place: all it can get of the
+    early writes is the snapshot. Then a second old member is killed: the new one and the last old one
+    are the majority, and every key is there with its version.
+
+    To see it fail: make `Group.ready` never compact (the log is not folded: no snapshot is sent, and
+    the test's check that one was taken fails), or restore nothing from it (`rd.snapshot` ignored: the
+    early keys are gone once the old members are)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dht.consensus_group import COMPACT_EVERY, KEEP_ENTRIES
+
+    ring = ring_factory()
+    ring.start(3)
+    ring.wait_consistent(timeout=30)
+    wait_for(lambda: every_group_has([n.endpoint for n in ring.nodes], 3), timeout=30, what="3-member groups")
+    arc = arc_of(key_id("snap/0"), 64)
+    names = (f"snap/{i}" for i in range(200 * (COMPACT_EVERY + KEEP_ENTRIES)))
+    keys = [k for k in names if arc_of(key_id(k), 64) == arc][:COMPACT_EVERY + KEEP_ENTRIES + 20]
+    via = ring.nodes[0].endpoint
+    clients = [ConsensusClient(via) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            versions = dict(zip(keys, pool.map(lambda ik: clients[ik[0] % 4].put(ik[1], ik[1].encode()),
+                                               enumerate(keys)), strict=True))
+    finally:
+        for c in clients:
+            c.close()
+    first, second, keeper = ring.nodes
+    ring.kill(second)
+    newcomer = ring.add(join=first.endpoint)
+    live = [first.endpoint, keeper.endpoint, newcomer.endpoint]
+
+    def newcomer_holds_it() -> bool:
+        g = groups_of([newcomer.endpoint])[newcomer.endpoint].get(str(arc))
+        return bool(g) and g["commit"] >= max(versions.values()) and newcomer_member() in g["members"] \
+            and g["snapshot"] > 0  # (it holds a snapshot: the leader's, since it was not there to take its own)
+
+    def newcomer_member() -> str:
+        with DhtClient(first.endpoint) as dht:
+            return dht.info(newcomer.endpoint)["services"]["consensus"]
+    wait_for(lambda: every_group_has(live, 3) and newcomer_holds_it(), timeout=60, what="the newcomer in the group")
+    ring.kill(first)
+    with ConsensusClient(keeper.endpoint, timeout=15) as client:
+        for k in keys[:20] + keys[-5:]:
+            assert client.get(k) == (k.encode(), versions[k]), k
