@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chordpub.launcher import LocalRing, wait_for  # noqa: E402
-from dht.arcs import arc_of  # noqa: E402
+from dht.arcs import ARCS, arc_of  # noqa: E402
 from dht.client import DhtClient  # noqa: E402
 from dht.consensus_client import ConsensusClient  # noqa: E402
 from dht.ids import key_id  # noqa: E402
@@ -206,7 +206,7 @@ def groups_full(ring: LocalRing, size: int) -> bool:
             for arc, g in (reply.body["groups"] if reply.ok else {}).items():
                 if g["role"] == "leader":
                     led[arc] = len(g["members"])
-        return len(led) == 64 and all(v == size for v in led.values())
+        return len(led) == ARCS and all(v == size for v in led.values())
 
 
 def elections(workdir: Path, nodes: int, names: int) -> float:

@@ -18,7 +18,8 @@ on two sides of a partition.
 
 from __future__ import annotations
 
-ARCS = 64  # consensus groups in a ring: each process takes part in about ARCS * replicas / processes
+ARCS = 16  # consensus groups in a ring: each process takes part in about ARCS * replicas / processes
+# (few: a process in every group of a small ring pays for each when the ring changes)
 
 
 def arc_of(k: int, bits: int) -> int:

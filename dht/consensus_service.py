@@ -29,14 +29,16 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import zmq
 
 from dht import raft_wire, wire
-from dht.arcs import ARCS, arc_end, next_change
+from dht.arcs import ARCS, next_change
 from dht.consensus_group import TICK_MS, Group
-from dht.consensus_wire import SCHEMAS, arc_field, endpoint_of
+from dht.consensus_wire import SCHEMAS, arc_field, batches, endpoint_of
+from dht.group_placement import run_placement
 from dht.kv_machine import CommandError
 from dht.pacing import WakingQueue
 from dht.raft import FOLLOWER, LEADER, AppendReply
@@ -47,9 +49,7 @@ log = logging.getLogger(__name__)
 
 QUIET_TICKS = 10  # ticks a settled group waits before it stops ticking (1 s at the default tick)
 PLACE_EVERY = 30.0  # seconds between checks of every led group's members against the ring (asleep too)
-PLACE_RETRY = 1.0  # seconds before asking again where the ring could not say
 BATCH_BYTES = 640 * 1024  # Raft messages' bytes in one request to a peer, about, at most
-PLACE_DELAY = 0.5  # seconds the placement thread lets requests gather before it asks the ring
 
 
 class ConsensusService:
@@ -92,7 +92,8 @@ class ConsensusService:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> ConsensusService:
-        for name, target in (("loop", self._run), ("placement", self._place)):
+        place = partial(run_placement, self._placing, self.locate, self.bits, self.jobs.put, self.stopped)
+        for name, target in (("loop", self._run), ("placement", place)):
             t = threading.Thread(target=target, name=f"consensus-{name}-{self.endpoint}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -351,7 +352,7 @@ class ConsensusService:
         self._dirty.clear()
         for member in set(self._out) | set(self._quiesce):
             quiesce = self._quiesce.pop(member, None)
-            for i, part in enumerate(_batches(self._out.pop(member, []))):
+            for i, part in enumerate(batches(self._out.pop(member, []), BATCH_BYTES)):
                 fields: dict[str, Any] = {"src": self.id, "g": self.genesis, "m": part}
                 if quiesce and i == 0:
                     fields["q"] = quiesce
@@ -375,55 +376,6 @@ class ConsensusService:
             self.socket.send_multipart([ident, body], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # the client has gone: it will ask again
             log.debug("consensus reply not sent: %s", exc)
-
-    # -- the placement thread ---------------------------------------------------------------------
-    def _place(self) -> None:
-        while not self.stopped.is_set():
-            arc = self._placing.get()
-            if arc is None:
-                return
-            self.stopped.wait(PLACE_DELAY)  # a ring that moves moves in bursts (joins): one pass after them
-            arcs = [arc]
-            while True:  # one pass for what is asked together: processes are asked once per pass
-                try:
-                    more = self._placing.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    return
-                arcs.append(more)
-            known: dict = {}
-            unknown = []
-            for a in dict.fromkeys(arcs):
-                try:
-                    members = self.locate(arc_end(a, self.bits), known)
-                except Exception:  # a ring that cannot be asked now: asked again later
-                    log.exception("placement of arc %d failed", a)
-                    members = None
-                if members is None:
-                    unknown.append(a)
-                else:
-                    self.jobs.put(("wanted", (a, members)))
-            if unknown and not self.stopped.wait(PLACE_RETRY):
-                for a in unknown:  # the ring could not say: asked again (still open in the loop's eyes)
-                    self._placing.put(a)
-
-
-def _batches(items: list) -> list[list]:
-    """A peer's messages in requests under BATCH_BYTES each (a frame over the wire's 1 MiB is dropped):
-    an append carries up to 256 KiB of entries, a snapshot chunk 256 KiB."""
-    out: list[list] = [[]]
-    size = 0
-    for item in items:
-        body = item[1]
-        n = 200 + sum(len(e[2]) + 64 for e in body.get("entries", ())) + len(body.get("data", b""))
-        if out[-1] and size + n > BATCH_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(item)
-        size += n
-    return out
-
 
 def _loose(body: bytes) -> dict:
     try:

@@ -45,3 +45,19 @@ SCHEMAS: wire.Schemas = {
 def endpoint_of(member: str) -> str:
     """The consensus endpoint ("host:port") of member id "host:port#incarnation"."""
     return member.partition("#")[0]
+
+
+def batches(items: list, limit: int) -> list[list]:
+    """A peer's messages in requests under `limit` bytes each (a frame over the wire's 1 MiB is dropped):
+    an append carries up to 256 KiB of entries, a snapshot chunk 256 KiB."""
+    out: list[list] = [[]]
+    size = 0
+    for item in items:
+        body = item[1]
+        n = 200 + sum(len(e[2]) + 64 for e in body.get("entries", ())) + len(body.get("data", b""))
+        if out[-1] and size + n > limit:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += n
+    return out

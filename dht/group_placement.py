@@ -2,15 +2,26 @@
 process owning the arc's last id, then the next processes on its successor list, `replicas` in all,
 each named by the member id its consensus service announces (`info`'s services["consensus"]).
 
-Blocking calls to the ring: run by the consensus service's placement thread, never by its loop.
+Blocking calls to the ring: run by the consensus service's placement thread (`run_placement`), never
+by its loop.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from dht.arcs import arc_end
 from dht.client import DhtClient, DhtError
 from dht.ids import in_half_open, process_of
 from dht.transport import SocketSetup
 
+log = logging.getLogger(__name__)
+
+PLACE_DELAY = 0.5  # seconds the placement thread lets requests gather before it asks the ring
+PLACE_RETRY = 1.0  # seconds before asking again where the ring could not say
 SERVICE = "consensus"  # the services key under which a node announces its consensus member id
 ARCS_SEEN = "\x00arcs"  # the key of `known` under which a pass keeps the owners' arcs it has asked
 
@@ -67,3 +78,40 @@ class Placement:
 
     def close(self) -> None:
         self.dht.close()
+
+
+def run_placement(asked: queue.Queue, locate: Callable[[int, dict], list[str] | None], bits: int,
+                  answer: Callable[[tuple], None], stopped: threading.Event) -> None:
+    """The consensus service's placement thread: takes arcs from `asked` (None: stop), waits PLACE_DELAY
+    for more (a ring that moves moves in bursts: joins), asks the ring once per pass for them all, and
+    answers ("wanted", (arc, members)) for each; an arc the ring could not say is asked again
+    PLACE_RETRY later (still open in the loop's eyes)."""
+    while not stopped.is_set():
+        arc = asked.get()
+        if arc is None:
+            return
+        stopped.wait(PLACE_DELAY)
+        arcs = [arc]
+        while True:
+            try:
+                more = asked.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                return
+            arcs.append(more)
+        known: dict = {}
+        unknown = []
+        for a in dict.fromkeys(arcs):
+            try:
+                members = locate(arc_end(a, bits), known)
+            except Exception:  # a ring that cannot be asked now: asked again later
+                log.exception("placement of arc %d failed", a)
+                members = None
+            if members is None:
+                unknown.append(a)
+            else:
+                answer(("wanted", (a, members)))
+        if unknown and not stopped.wait(PLACE_RETRY):
+            for a in unknown:
+                asked.put(a)
