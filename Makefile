@@ -12,7 +12,7 @@ PACKAGES := dht pubsub sim topologies traces chordpub
 # the demo and the suite start would otherwise compile them from source (a third of a second each)
 COMPILE = $(PY) -m compileall -q $(PACKAGES) >/dev/null
 
-.PHONY: demo test lint mutants notebooks system-deps bench-deps bench-groups bench-peers clean
+.PHONY: demo test lint mutants notebooks system-deps bench-deps bench-groups bench-peers bench-consensus clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,14 @@ bench-groups: bench-deps
 # chordpub against NATS, Mosquitto and JetStream (benchmarks/peers.py).
 bench-peers: bench-deps
 	$(PY) benchmarks/peers.py
+
+# Consensus against etcd (benchmarks/consensus.py): etcd from Debian's etcd-server package (as root,
+# when missing); a yardstick, not a dependency.
+bench-consensus: $(STAMP_RUN)
+	@command -v etcd >/dev/null 2>&1 || { if [ "$$(id -u)" = "0" ]; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server; \
+	  else echo "install etcd-server (Debian package) first"; exit 2; fi; }
+	$(PY) benchmarks/consensus.py
 
 # Every mutant docs/testing.md lists, each applied to a scratch copy, its test run 5 times: all must fail.
 # Not part of `make test` (it runs each acceptance test five times over); MUTANTS_ARGS="--only groups".

@@ -312,14 +312,21 @@ class Raft(Compaction):
         self._out.append(Append(self.id, peer, self.term, nxt - 1, self.term_at(nxt - 1), tuple(entries),
                                 self.commit, self.now))
 
-    def _on_append(self, msg: Append) -> None:
+    def _heard_leader(self, msg: Append | Snapshot) -> bool:
+        """An append or a snapshot: refused (False) from an older term's leader; else its sender leads,
+        and this member's election and lease clocks start again."""
         if msg.term < self.term:
             self._out.append(AppendReply(self.id, msg.src, self.term, False, self.last_index))
-            return
+            return False
         if self.role != FOLLOWER or self.leader != msg.src:
             self._become_follower(msg.term, msg.src)
         self.elapsed = 0
         self.since_leader = 0
+        return True
+
+    def _on_append(self, msg: Append) -> None:
+        if not self._heard_leader(msg):
+            return
         if msg.prev_index < self.snap_index:  # its start is folded into our snapshot: committed, so it matches
             self._out.append(AppendReply(self.id, msg.src, self.term, True, self.commit, msg.sent))
             return

@@ -7,7 +7,7 @@ each file says one thing.
 
 from __future__ import annotations
 
-from dht.raft_messages import FOLLOWER, LEADER, AppendReply, Snapshot, SnapshotReply
+from dht.raft_messages import LEADER, AppendReply, Snapshot, SnapshotReply
 
 SNAPSHOT_CHUNK = 256 * 1024  # bytes of a snapshot in one InstallSnapshot message
 
@@ -37,13 +37,8 @@ class Compaction:
                                   offset + len(chunk) >= len(data), self.now))
 
     def _on_snapshot(self, msg: Snapshot) -> None:
-        if msg.term < self.term:
-            self._out.append(AppendReply(self.id, msg.src, self.term, False, self.last_index))
+        if not self._heard_leader(msg):
             return
-        if self.role != FOLLOWER or self.leader != msg.src:
-            self._become_follower(msg.term, msg.src)
-        self.elapsed = 0
-        self.since_leader = 0
         if msg.index <= self.commit:  # it has all that already: on with appends from its commit
             self._out.append(AppendReply(self.id, msg.src, self.term, True, self.commit, msg.sent))
             return
