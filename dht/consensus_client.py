@@ -22,7 +22,7 @@ from dht.client import DhtClient, DhtError
 from dht.consensus_wire import endpoint_of
 from dht.group_placement import SERVICE
 from dht.ids import key_id, process_of
-from dht.kv_machine import MAX_KEY_CHARS, check_command
+from dht.kv_machine import check_command, check_text
 from dht.transport import RpcClient, SocketSetup
 
 DEFAULT_TIMEOUT = 5.0  # seconds a command may take, elections and retries included
@@ -49,9 +49,8 @@ class VersionMismatch(ConsensusError):
 
 
 def check_name(name: object, what: str = "name") -> str:
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_KEY_CHARS:
-        raise ValueError(f"a{'n' if what[0] in 'aeiou' else ''} {what} is 1..{MAX_KEY_CHARS} characters of text")
-    return name
+    """`name` if it is a valid key, election name or candidate (the groups' own check), else ValueError."""
+    return check_text(name, what)
 
 
 class ConsensusClient:

@@ -30,6 +30,7 @@ MAX_STATE_BYTES = 64 * 1024 * 1024  # keys and values one group holds, in bytes:
 MAX_ELECTIONS = 100_000  # names held at once in one group; a campaign for a new name beyond is refused
 SESSIONS = 10_000  # clients whose last answer a group remembers (retries of older ones are applied again)
 OPS = ("put", "delete", "get", "campaign", "resign", "expire", "who")
+READS = ("get", "who")
 
 
 class CommandError(ValueError):
@@ -56,15 +57,15 @@ def check_command(cmd: object) -> dict:
         raise CommandError(f"a command is a map with op one of {', '.join(OPS)}")
     op = cmd["op"]
     if op in ("put", "delete", "get"):
-        _text(cmd.get("key"), "key")
+        check_text(cmd.get("key"), "key")
         if op != "get" and cmd.get("if") is not None and not _uint(cmd["if"]):
             raise CommandError("if_version is an integer >= 0")
         if op == "put" and (not isinstance(cmd.get("value"), bytes) or len(cmd["value"]) > MAX_VALUE_BYTES):
             raise CommandError(f"a value is bytes, at most {MAX_VALUE_BYTES}")
     else:
-        _text(cmd.get("name"), "election name")
+        check_text(cmd.get("name"), "election name")
         if op in ("campaign", "resign"):
-            _text(cmd.get("candidate"), "candidate")
+            check_text(cmd.get("candidate"), "candidate")
         if op == "campaign" and (not _uint(cmd.get("lease_ms")) or cmd["lease_ms"] < 1):
             raise CommandError("a lease is a positive number of milliseconds")
         if op == "resign" and not _uint(cmd.get("epoch")):
@@ -89,9 +90,12 @@ def decode(data: bytes) -> dict:
         raise CommandError(f"not a command: {exc}") from None
 
 
-def _text(value: object, what: str) -> None:
+def check_text(value: object, what: str) -> str:
+    """A key, election name or candidate: 1..MAX_KEY_CHARS characters (CommandError, a ValueError)."""
     if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY_CHARS:
-        raise CommandError(f"a {what} is 1..{MAX_KEY_CHARS} characters of text")
+        article = "an" if what[0] in "aeiou" else "a"
+        raise CommandError(f"{article} {what} is 1..{MAX_KEY_CHARS} characters of text")
+    return value
 
 
 def _uint(value: object) -> bool:
@@ -149,7 +153,8 @@ class KvMachine:
             if seen is not None and seen[0] >= seq:
                 return seen[1] if seen[0] == seq else {"ok": False, "error": "an older request of this client"}
         answer = getattr(self, "_" + cmd["op"])(index, cmd)
-        if session is not None:
+        if session is not None and cmd["op"] not in READS:  # a read asked again is read again: the
+            # table remembers writes only, and never holds a value
             self.sessions[session[0]] = (session[1], answer)
             self.sessions.move_to_end(session[0])
             while len(self.sessions) > SESSIONS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dht.raft_messages import LEADER, AppendReply, Snapshot, SnapshotReply
 
 SNAPSHOT_CHUNK = 256 * 1024  # bytes of a snapshot in one InstallSnapshot message
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a snapshot being received, at most (a group's state is bounded below)
 
 
 class Compaction:
@@ -48,6 +49,9 @@ class Compaction:
         if got is None or got[:2] != (msg.index, msg.last_term) or msg.offset != len(got[2]):
             have = len(got[2]) if got is not None and got[:2] == (msg.index, msg.last_term) else 0
             self._out.append(SnapshotReply(self.id, msg.src, self.term, msg.index, have, msg.sent))
+            return
+        if len(got[2]) + len(msg.data) > MAX_SNAPSHOT_BYTES:  # more than any group's state: not taken
+            self._receiving = None
             return
         got[2].extend(msg.data)
         if not msg.done:

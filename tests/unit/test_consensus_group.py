@@ -224,8 +224,10 @@ def test_a_command_retried_after_a_lost_answer_is_applied_once():
     assert m.apply(2, put) == first and m.keys["k"].version == 1  # the same answer, not a second write
     assert m.apply(3, encode({"op": "put", "key": "k", "value": b"2", "if": 1, "session": ["c", 2]}))["ok"]
     assert not m.apply(4, put)["ok"], "an older request of this client is not applied"
+    m.apply(5, encode({"op": "get", "key": "k", "session": ["reader", 1]}))
+    assert "reader" not in m.sessions, "a read is read again when retried: the table holds no values"
     for i in range(SESSIONS + 1):
-        m.apply(5 + i, encode({"op": "get", "key": "k", "session": [f"other{i}", 1]}))
+        m.apply(6 + i, encode({"op": "delete", "key": "z", "session": [f"other{i}", 1]}))
     assert len(m.sessions) == SESSIONS and "c" not in m.sessions
 
 
