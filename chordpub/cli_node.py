@@ -219,7 +219,8 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
         info = client.info()
     out = {k: info[k] for k in ("id", "endpoint", "process", "positions", "bind", "predecessor", "successors",
                                 "fingers", "keys", "pns", "records", "lookups_served", "neighbours_left",
-                                "remembered", "probes", "probe_bytes", "merges", "services", "denials")}
+                                "remembered", "probes", "probe_bytes", "merges", "services", "denials",
+                                "consensus")}
 
     def human(o: dict) -> str:
         distinct = []
@@ -238,6 +239,10 @@ def node_info(endpoint: str = typer.Argument(..., help="The node, H:P."),
             f"keys        {o['keys']} owned (store entries); topics {o['records']} owned",
             f"lookups     {o['lookups_served']} steps served"
             + (f"; a policy refused {sum(o['denials'].values())} requests" if o["denials"] else ""),
+            *([f"consensus   {c['groups']} groups, {c['led']} led, {c['awake']} awake"
+               + (f"; {c['rejected']} messages rejected" if c["rejected"] else "")
+               + (f"; {c['failures']} loop turns failed (see the log)" if c["failures"] else "")]
+              if (c := o["consensus"]) else []),
             "listening   " + ", ".join([f"{o['bind']} (rpc)"]
                                        + [f"{v} ({k})" for k, v in sorted(o["services"].items())]),
         ])

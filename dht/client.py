@@ -271,6 +271,9 @@ class DhtClient:
                 f["rtt_ms"] = ms if isinstance(ms, int | float) and not isinstance(ms, bool) else None
         services = body.get("services")
         out["services"] = services if isinstance(services, dict) else {}
+        consensus = body.get("consensus")  # its groups: held, led, awake; messages rejected, turns failed
+        out["consensus"] = {k: v for k, v in consensus.items() if isinstance(k, str) and isinstance(v, int | str)
+                            } if isinstance(consensus, dict) else None
         traffic = body.get("traffic")
         out["traffic"] = traffic if isinstance(traffic, dict) else {}
         return out

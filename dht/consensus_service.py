@@ -124,6 +124,13 @@ class ConsensusService:
         it was elects another."""
         self.jobs.put(("died", None))
 
+    def summary(self) -> dict:
+        """What `node info` shows (from any thread): groups held, led and awake, and what was dropped:
+        malformed or foreign-ring messages (`rejected`) and loop turns that failed (`failures`)."""
+        groups = list(self.groups.values())
+        return {"member": self.id, "groups": len(groups), "led": sum(g.is_leader for g in groups),
+                "awake": len(self.awake), "rejected": self.reject_log.count, "failures": self.failures}
+
     def state(self) -> dict:
         """Each group's role, term, leader and members, for `info` and the tests (from any thread)."""
         out = {}

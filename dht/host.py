@@ -78,6 +78,7 @@ class ChordHost:
                                           locate=self.placement.wanted, setup=setup,
                                           port=config.ports + 3 if config.ports else 0, bits=config.bits)
         config.services[SERVICE] = self.consensus.id
+        shared.consensus = self.consensus.summary
         self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
         self.server.tally = self._tally_served
         self.server.on_disconnect = lambda: self.jobs.put((None, "wake", None))  # the maintenance thread looks

@@ -54,6 +54,7 @@ class Shared:
     policy: PolicyFile | None
     denials: Denials
     positions: list[str] = field(default_factory=list)  # the endpoints of the positions in the ring, by index
+    consensus: Callable[[], dict] | None = None  # the process's consensus groups, summed up (dht/host.py)
 
 
 class Jobs:
@@ -201,6 +202,7 @@ class ChordNode:
                 "traffic": self.traffic(),
                 "records": len(owned),
                 "denials": dict(self.denials.count),
+                "consensus": self.shared.consensus() if self.shared.consensus is not None else None,
                 "lookups_served": self.next_hops_served,
                 "load": self.load(len(owned), [ids[k] for k in owned]),
                 "neighbours_left": list(self.neighbours_left),

@@ -36,10 +36,11 @@ def test_node_info_json(ring):
     out = json.loads(proc.stdout)
     assert set(out) == {"id", "endpoint", "process", "positions", "bind", "predecessor", "successors", "fingers",
                         "keys", "pns", "records", "lookups_served", "neighbours_left", "remembered", "probes",
-                        "probe_bytes", "merges", "services", "denials"}
+                        "probe_bytes", "merges", "services", "denials", "consensus"}
     assert out["process"] == node.endpoint and out["positions"] == [node.endpoint]  # one ring position
     assert out["denials"] == {}  # no policy, nothing refused
     assert set(out["services"]) == {"events", "relay_in", "relay_out", "consensus"}
+    assert out["consensus"]["member"] == out["services"]["consensus"] and out["consensus"]["failures"] == 0
     assert out["pns"] == 8  # proximity neighbour selection is on by default
     assert all(set(f) == {"id", "endpoint", "rtt_ms"} for f in out["fingers"] if f is not None)
     ids = sorted(n.id for n in ring.nodes)

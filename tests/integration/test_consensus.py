@@ -274,6 +274,8 @@ def test_garbage_at_the_consensus_socket_changes_nothing_and_stops_nothing(ring)
     assert all(r["ok"] is False or r["answer"]["ok"] is False for r in replies)
     after = {arc: (g["term"], g["commit"]) for arc, g in groups_of([via])[via].items()}
     assert after == before
+    with DhtClient(via) as dht:
+        assert dht.info(via)["consensus"]["rejected"] >= 50, "what was dropped is counted in `node info`"
     with ConsensusClient(via) as client:
         assert client.get("garbage/before") == (b"v", version)
 
