@@ -97,12 +97,15 @@ class ConsensusClient:
         return answer["deleted"]
 
     # -- elections (dht/election.py) -----------------------------------------------------------------
-    def campaign(self, name: str, candidate: str, lease: float, *, timeout: float | None = None) -> dict:
+    def campaign(self, name: str, candidate: str, lease: float, *, strength: int | None = None,
+                 timeout: float | None = None) -> dict:
         """Take `name` if free, or renew it if `candidate` holds it: the answer names the holder, its epoch
-        and its lease."""
-        return self.command(name, {"op": "campaign", "name": check_name(name, "election name"),
-                                   "candidate": check_name(candidate, "candidate"), "lease_ms": _lease_ms(lease)},
-                            timeout)
+        and its lease. With a `strength` above the holder's, claim it: granted when the holder's lease ends."""
+        command = {"op": "campaign", "name": check_name(name, "election name"),
+                   "candidate": check_name(candidate, "candidate"), "lease_ms": _lease_ms(lease)}
+        if strength is not None:
+            command["strength"] = strength
+        return self.command(name, command, timeout)
 
     def resign(self, name: str, candidate: str, epoch: int, *, timeout: float | None = None) -> bool:
         return self.command(name, {"op": "resign", "name": check_name(name, "election name"),

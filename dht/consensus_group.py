@@ -132,7 +132,7 @@ class Group:
     def _lease_clock(self, entry: Entry, answer: dict) -> None:
         op = decode(entry.data)["op"]
         name = answer.get("name")
-        if op == "campaign" and answer["ok"]:
+        if (op == "campaign" or answer.get("granted")) and answer["ok"]:  # granted to a claimant when freed
             self.lease_ends[name] = (self.raft.now + self._ticks(answer["lease_ms"]), answer["renewed"])
         elif op in ("resign", "expire") and answer["ok"]:
             self.lease_ends.pop(name, None)

@@ -35,15 +35,19 @@ class Election:
 
     def __init__(self, client: ConsensusClient, name: str, *, candidate: str | None = None,
                  lease: float = DEFAULT_LEASE, on_gain: Callable[[int], None] | None = None,
-                 on_loss: Callable[[int], None] | None = None, ahead: float = 0.0) -> None:
+                 on_loss: Callable[[int], None] | None = None, ahead: float = 0.0,
+                 strength: int | None = None) -> None:
         """`ahead`: seconds before the lease's end at which this process stops leading without a renewal
-        (`on_loss` then), for a leader whose acting takes time to stop."""
+        (`on_loss` then), for a leader whose acting takes time to stop. `strength`: a stronger candidate
+        takes the name from a weaker holder a lease later at most (dht/kv_machine.py's claims)."""
         check_name(name, "election name")
         if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0.2 <= lease <= 86_400:
             raise ValueError("a lease is a number of seconds from 0.2 to 86400")
         if not 0 <= ahead < lease / 2:
             raise ValueError("ahead is from 0 to half the lease")
-        self.name, self.lease, self.ahead = name, float(lease), ahead
+        if strength is not None and (isinstance(strength, bool) or not isinstance(strength, int)):
+            raise ValueError("a strength is an integer")
+        self.name, self.lease, self.ahead, self.strength = name, float(lease), ahead, strength
         self.candidate = check_name(candidate or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
                                     "candidate")
         self.client = client
@@ -93,7 +97,8 @@ class Election:
         while not self._stop.is_set():
             sent = time.monotonic()
             try:
-                answer = self.client.campaign(self.name, self.candidate, self.lease, timeout=every * 2)
+                answer = self.client.campaign(self.name, self.candidate, self.lease, strength=self.strength,
+                                              timeout=every * 2)
             except ConsensusError as exc:
                 log.debug("campaign for %s: %s", self.name, exc)
                 answer = None

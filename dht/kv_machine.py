@@ -11,6 +11,11 @@ its index. The commands:
   renews it, and tells anyone else who holds it; `resign` frees it; `expire` frees it when its lease
   ran out without a renewal (the group's leader proposes it, dht/consensus_group.py: only the leader
   keeps lease time, as etcd's lessor does); `who` reads the holder through the log.
+  A campaign may carry a `strength` (an exclusive topic's publishers, pubsub/exclusive.py): a stronger
+  candidate than the holder *claims* the name. The holder's renewals are refused from then on, so it
+  stops acting at once, and its lease runs out as any unrenewed lease does; the `expire` (or `resign`)
+  that frees the name grants it to the claimant in the same step, a new epoch. So a stronger
+  candidate takes over within one lease, and the weaker never acts past its own lease.
 A command may carry its client's `(client, seq)`: a command retried after a lost answer is then
 answered from the session table (Raft thesis §6.3) instead of applied twice; the table keeps the
 last answer of at most SESSIONS clients.
@@ -49,6 +54,8 @@ class Holder:
     epoch: int  # the index of the grant
     lease_ms: int
     renewed: int  # the index of the last grant or renewal: an expiry proposed before a renewal does nothing
+    strength: int | None = None  # the holder's, when it campaigned with one
+    claim: tuple[str, int, int] | None = None  # a stronger candidate waiting: (candidate, strength, lease_ms)
 
 
 def check_command(cmd: object) -> dict:
@@ -68,6 +75,10 @@ def check_command(cmd: object) -> dict:
             check_text(cmd.get("candidate"), "candidate")
         if op == "campaign" and (not _uint(cmd.get("lease_ms")) or cmd["lease_ms"] < 1):
             raise CommandError("a lease is a positive number of milliseconds")
+        strength = cmd.get("strength")
+        if op == "campaign" and strength is not None and (isinstance(strength, bool) or not isinstance(strength, int)
+                                                          or abs(strength) >= 2 ** 63):
+            raise CommandError("a strength is an integer")
         if op == "resign" and not _uint(cmd.get("epoch")):
             raise CommandError("an epoch is an integer >= 0")
         if op == "expire" and not _uint(cmd.get("renewed")):
@@ -117,7 +128,8 @@ class KvMachine:
         return msgpack.packb({
             "applied": self.applied,
             "keys": [[k, h.value, h.version] for k, h in self.keys.items()],
-            "holders": [[n, h.candidate, h.epoch, h.lease_ms, h.renewed] for n, h in self.holders.items()],
+            "holders": [[n, h.candidate, h.epoch, h.lease_ms, h.renewed, h.strength, h.claim]
+                        for n, h in self.holders.items()],
             "sessions": [[c, seq, answer] for c, (seq, answer) in self.sessions.items()]}, use_bin_type=True)
 
     @classmethod
@@ -129,8 +141,8 @@ class KvMachine:
         for k, value, version in raw["keys"]:
             m.keys[k] = Held(value, version)
             m.bytes += len(k) + len(value)
-        for name, candidate, epoch, lease_ms, renewed in raw["holders"]:
-            m.holders[name] = Holder(candidate, epoch, lease_ms, renewed)
+        for name, candidate, epoch, lease_ms, renewed, strength, claim in raw["holders"]:
+            m.holders[name] = Holder(candidate, epoch, lease_ms, renewed, strength, tuple(claim) if claim else None)
         for client, seq, answer in raw["sessions"]:
             m.sessions[client] = (seq, answer)
         return m
@@ -196,30 +208,47 @@ class KvMachine:
 
     # -- elections ------------------------------------------------------------------------------------
     def _campaign(self, index: int, cmd: dict) -> dict:
-        name, candidate = cmd["name"], cmd["candidate"]
+        name, candidate, strength = cmd["name"], cmd["candidate"], cmd.get("strength")
         holder = self.holders.get(name)
         if holder is None and len(self.holders) >= MAX_ELECTIONS:
             return {"ok": False, "name": name, "error": f"this group holds {MAX_ELECTIONS} elections already"}
         if holder is None:
-            holder = self.holders[name] = Holder(candidate, index, cmd["lease_ms"], index)
+            holder = self.holders[name] = Holder(candidate, index, cmd["lease_ms"], index, strength)
         elif holder.candidate == candidate:
-            holder.renewed, holder.lease_ms = index, cmd["lease_ms"]
-        return {"ok": holder.candidate == candidate, "name": name, "leader": holder.candidate,
-                "epoch": holder.epoch, "lease_ms": holder.lease_ms, "renewed": holder.renewed}
+            if holder.claim is not None:  # a stronger one waits: no renewal, the lease runs out
+                return self._answer(name, holder, ok=False)
+            holder.renewed, holder.lease_ms, holder.strength = index, cmd["lease_ms"], strength
+        elif strength is not None and (holder.strength is None or strength > holder.strength) and (
+                holder.claim is None or strength > holder.claim[1] or holder.claim[0] == candidate):
+            holder.claim = (candidate, strength, cmd["lease_ms"])
+        return self._answer(name, holder, ok=holder.candidate == candidate)
+
+    @staticmethod
+    def _answer(name: str, holder: Holder, *, ok: bool) -> dict:
+        return {"ok": ok, "name": name, "leader": holder.candidate, "epoch": holder.epoch,
+                "lease_ms": holder.lease_ms, "renewed": holder.renewed,
+                "claimed": holder.claim[0] if holder.claim else None}
 
     def _resign(self, index: int, cmd: dict) -> dict:
         holder = self.holders.get(cmd["name"])
         if holder is None or (holder.candidate, holder.epoch) != (cmd["candidate"], cmd["epoch"]):
             return {"ok": False, "name": cmd["name"]}
-        del self.holders[cmd["name"]]
-        return {"ok": True, "name": cmd["name"]}
+        return self._free(index, cmd["name"], holder)
 
     def _expire(self, index: int, cmd: dict) -> dict:
         holder = self.holders.get(cmd["name"])
         if holder is None or holder.renewed != cmd["renewed"]:  # renewed since the expiry was proposed
             return {"ok": False, "name": cmd["name"]}
-        del self.holders[cmd["name"]]
-        return {"ok": True, "name": cmd["name"]}
+        return self._free(index, cmd["name"], holder)
+
+    def _free(self, index: int, name: str, holder: Holder) -> dict:
+        """The name let go; a claimant waiting takes it at this index (its lease starts here)."""
+        if holder.claim is None:
+            del self.holders[name]
+            return {"ok": True, "name": name}
+        candidate, strength, lease_ms = holder.claim
+        granted = self.holders[name] = Holder(candidate, index, lease_ms, index, strength)
+        return {**self._answer(name, granted, ok=True), "granted": candidate}
 
     def _who(self, index: int, cmd: dict) -> dict:
         """`chordpub leader`'s answer, read through the log like `get`."""

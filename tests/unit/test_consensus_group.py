@@ -239,16 +239,50 @@ def test_an_expiry_proposed_before_a_renewal_frees_nothing_and_epochs_grow():
     def campaign(index: int, candidate: str) -> dict:
         return m.apply(index, encode({"op": "campaign", "name": "lock", "candidate": candidate, "lease_ms": 1000}))
 
-    assert campaign(1, "k") == {"ok": True, "name": "lock", "leader": "k", "epoch": 1, "lease_ms": 1000, "renewed": 1}
+    assert campaign(1, "k") == {"ok": True, "name": "lock", "leader": "k", "epoch": 1, "lease_ms": 1000, "renewed": 1,
+                                "claimed": None}
     assert campaign(2, "k")["renewed"] == 2
     assert not m.apply(3, encode({"op": "expire", "name": "lock", "renewed": 1}))["ok"], "renewed since"
     assert campaign(4, "j")["leader"] == "k"
     assert m.apply(5, encode({"op": "expire", "name": "lock", "renewed": 2}))["ok"]
-    assert campaign(6, "j") == {"ok": True, "name": "lock", "leader": "j", "epoch": 6, "lease_ms": 1000, "renewed": 6}
+    assert campaign(6, "j") == {"ok": True, "name": "lock", "leader": "j", "epoch": 6, "lease_ms": 1000, "renewed": 6,
+                                "claimed": None}
     assert m.apply(7, encode({"op": "who", "name": "lock"}))["leader"] == "j"
     assert not m.apply(8, encode({"op": "resign", "name": "lock", "candidate": "j", "epoch": 1}))["ok"]
     assert m.apply(9, encode({"op": "resign", "name": "lock", "candidate": "j", "epoch": 6}))["ok"]
     assert m.apply(10, encode({"op": "who", "name": "lock"}))["leader"] is None
+
+
+def test_a_stronger_candidate_claims_the_name_and_takes_it_when_the_holder_lets_go():
+    """An exclusive topic's publishers campaign with their strength: a stronger one than the holder
+    claims the name; the holder's renewals are refused from then on (it stops acting), and the expiry
+    or resignation that frees the name grants it to the claimant, a new epoch. A weaker or equal one
+    only waits. To see it fail, let the holder renew while a claim waits, or let `_free` drop the claim."""
+    m = KvMachine()
+    index = iter(range(1, 100))
+
+    def campaign(candidate: str, strength: int | None) -> dict:
+        cmd = {"op": "campaign", "name": "ex", "candidate": candidate, "lease_ms": 500}
+        return m.apply(next(index), encode(cmd if strength is None else {**cmd, "strength": strength}))
+
+    assert campaign("weak", 1)["ok"]
+    assert not campaign("equal", 1)["ok"] and not campaign("none", None)["ok"]
+    assert campaign("weak", 1)["ok"] and m.holders["ex"].claim is None, "neither claims it"
+    claimed = campaign("strong", 5)
+    assert not claimed["ok"] and claimed["leader"] == "weak" and claimed["claimed"] == "strong"
+    assert not campaign("middle", 3)["ok"] and m.holders["ex"].claim[0] == "strong", "the stronger claim stays"
+    refused = campaign("weak", 1)
+    assert not refused["ok"] and refused["renewed"] == 4, "a holder with a claimant waiting is not renewed"
+    freed = m.apply(next(index), encode({"op": "expire", "name": "ex", "renewed": 4}))
+    assert freed["ok"] and freed["granted"] == "strong" and freed["epoch"] == freed["renewed"] == 8
+    assert campaign("strong", 5) == {"ok": True, "name": "ex", "leader": "strong", "epoch": 8, "lease_ms": 500,
+                                     "renewed": 9, "claimed": None}
+    assert not campaign("weak", 1)["ok"] and m.holders["ex"].claim is None
+    assert not campaign("stronger", 9)["ok"]
+    restored = KvMachine.restore(m.snapshot())
+    assert restored.holders == m.holders, "a claim survives a snapshot"
+    handed = m.apply(next(index), encode({"op": "resign", "name": "ex", "candidate": "strong", "epoch": 8}))
+    assert handed["granted"] == "stronger" and m.holders["ex"].epoch == 12
 
 
 def test_the_machine_holds_its_keys_and_elections_within_their_bounds(monkeypatch):
@@ -289,7 +323,9 @@ def test_a_malformed_request_is_refused_whole_and_proposes_nothing(command, says
 def test_election_holders_never_overlap_and_epochs_grow(seed):
     """Candidates campaign for one name through partitions and kills; each believes it leads from a
     granted answer until its lease ends, counted from when it sent its last granted request (it renews
-    about three times a lease). The intervals of any two never overlap; epochs only grow."""
+    about three times a lease). The intervals of any two never overlap; epochs only grow. With odd
+    seeds the candidates campaign with strengths (an exclusive topic's publishers), so the stronger
+    ones claim the name from the weaker."""
     lease = 4 * E  # ticks (the group's tick is 100 ms: 4 s)
     sim = Sim(5, seed, clients=0)
     candidates = [f"k{i}" for i in range(3)]
@@ -320,8 +356,10 @@ def test_election_holders_never_overlap_and_epochs_grow(seed):
                     sim.rid += 1
                     sent_at[(k, sim.rid)] = sim.now
                     for member in sim.ids:  # asked everywhere: only the leader proposes it
-                        sim.send(k, member, (k, sim.rid, {"op": "campaign", "name": "lock", "candidate": k,
-                                                          "lease_ms": lease * 100}))
+                        cmd = {"op": "campaign", "name": "lock", "candidate": k, "lease_ms": lease * 100}
+                        if seed % 2:
+                            cmd["strength"] = int(k[1:])
+                        sim.send(k, member, (k, sim.rid, cmd))
     spans = sorted((a, b, k) for k, iv in intervals.items() for a, b in iv)
     assert len(spans) >= 3, f"the name was taken up {len(spans)} times"
     for (a1, b1, k1), (a2, _, k2) in zip(spans, spans[1:], strict=False):
