@@ -88,7 +88,10 @@ def pub(
     size: int = typer.Option(None, min=0, max=512 * 1024, help="Synthetic load: payload bytes (default 100)."),
     history: int = typer.Option(None, min=0, help="Messages kept for late joiners and repair "
                                 "(default 0; 1000 with --reliable)."),
-    strength: int = typer.Option(None, help="Ownership strength: the topic becomes exclusive."),
+    strength: int = typer.Option(None, help="Ownership strength: the topic becomes exclusive. Its publishers "
+                                 "campaign in an election (the stronger takes it within a lease); only the "
+                                 "leader sends, its messages stamped with its epoch; subscribers drop an "
+                                 "older epoch's messages after a newer one's."),
     reliable: bool = typer.Option(False, help="Keep a history deep enough for gap repair."),
     mode: str = typer.Option("direct", help="direct | relay."),
     linger: float = typer.Option(0.0, min=0.0, help="After the last message, keep serving history and "
@@ -194,7 +197,7 @@ def pub(
                     if getattr(seq, "duplicate", False):
                         duplicates += 1
                         continue
-                    if out:
+                    if out and seq:  # (0: not sent, another publisher leads this exclusive topic)
                         out.write(json.dumps({"topic": t, "publisher": client.id, "seq": seq,
                                               "sent_ns": time.time_ns()}) + "\n")
                 sent += 1
@@ -209,6 +212,9 @@ def pub(
                 out.close()
         topics = ", ".join(repr(t) for t in topic)
         again = f" ({plural(duplicates, 'duplicate')} of messages sent before, not sent again)" if duplicates else ""
+        standby = sum(p.standby for p in client.publications.values())
+        if standby:
+            again += f" ({plural(standby, 'message')} not sent: another publisher led the exclusive topic)"
         typer.echo(f"published {plural(sent, 'message')} on {topics} as {client.id}{again}", err=True)
 
 
@@ -235,8 +241,9 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                curve: Path = typer.Option(None, help=CURVE_HELP),
                connect_timeout: float = connect_timeout_option(),
                as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Show the topic's id, owner node, publishers (with strength, history, retention and their msg-id
-    dedup window: ids held, duplicates not sent, ids evicted by its bounds), subscriber count, and each
+    """Show the topic's id, owner node, publishers (with strength, history, retention, their msg-id
+    dedup window: ids held, duplicates not sent, ids evicted by its bounds, and on an exclusive topic
+    whether each leads, its epoch and the messages it did not send), subscriber count, and each
     consumer group: its members, backlog, in flight, delivered, redelivered and dead-lettered."""
     from pubsub.directory import topic_info as read_info
 
@@ -252,6 +259,10 @@ def topic_info(topic: str = typer.Argument(..., help="The topic."),
                          f"history {p['history']}  retain {retain.get('messages')} messages / "
                          f"{retain.get('seconds')} s / {retain.get('bytes')} bytes"
                          + ("  archived by the owner" if p.get("archive") else ""))
+            if p.get("exclusive"):
+                x = p["exclusive"]
+                lines.append(f"    {'leads' if x['leading'] else 'stands by'} (epoch {x['epoch']}), "
+                             f"{x['standby']} messages not sent while another led")
             if p.get("dedup"):
                 d = p["dedup"]
                 lines.append(f"    dedup window {d['window_s']:g} s: {d['ids']} ids held (at most {d['max_ids']}, "

@@ -283,6 +283,7 @@ def _totals(summaries: list[dict], subs: list) -> dict:
     p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
     total = {k: sum(s[k] for s in summaries)
              for k in ("expected", "received", "lost", "duplicates", "gaps", "recovered", "dropped", "redelivered")}
+    total["fenced"] = sum(s.get("fenced", 0) for s in summaries)
     total["publishers"] = len(set().union(*(s.stats.publishers for s in subs)))
     total["latency_ms"] = {"p50": None if p50 is None else round(p50, 3), "p99": None if p99 is None else round(p99, 3)}
     total["topics"] = summaries
@@ -306,6 +307,7 @@ def _human_summary(o: dict) -> str:
                 f"{plural(s['duplicates'], 'duplicate')}"
                 + (f", {s['dropped']} dropped (not taken in time)" if s.get("dropped") else "")
                 + (f", {s['redelivered']} redelivered after a restart" if s.get("redelivered") else "")
+                + (f", {s['fenced']} of an older epoch dropped (exclusive topic)" if s.get("fenced") else "")
                 + f"; {latency}")
 
     return "\n".join(line(s) for s in o["topics"])

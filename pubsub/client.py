@@ -203,15 +203,26 @@ class Client(ConsensusFace):
                   retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
         """Register as a publisher of `topic` with its owner (optional: the first `publish` on a topic
         advertises it with the defaults). `history`: messages kept for late joiners and repair (1000
-        when `reliable` and not given); `strength`: the topic becomes exclusive and subscribers take
-        only the strongest publisher; `mode`: direct (subscribers connect to us) or relay (through the
+        when `reliable` and not given); `strength`: the topic becomes exclusive: its publishers campaign in
+        an election (the stronger takes it from the weaker within a lease) and only the one leading
+        sends, every message stamped with its epoch (`publish` returns 0 for a message not sent);
+        `mode`: direct (subscribers connect to us) or relay (through the
         topic owner's relay). Messages that durable subscribers have not acknowledged are retained
         beyond the history, within `retain_messages` (default 100000), `retain_seconds` (3600) and
         `retain_bytes` (64 MiB). Returns once the owner holds the registration."""
         self._check_open()
-        self.publisher.advertise(topic, history=history, reliable=reliable, strength=strength, mode=mode,
-                                 retain_messages=retain_messages, retain_seconds=retain_seconds,
-                                 retain_bytes=retain_bytes, archive=archive, timeout=timeout)
+        fence = None
+        if strength is not None and topic not in self.publisher.publishing.publications:
+            Publication(topic, self.id, strength=strength)  # its terms checked before a campaign starts
+            fence = self._exclusive(topic, strength, self.id)
+        try:
+            self.publisher.advertise(topic, history=history, reliable=reliable, strength=strength, mode=mode,
+                                     retain_messages=retain_messages, retain_seconds=retain_seconds,
+                                     retain_bytes=retain_bytes, archive=archive, timeout=timeout, fence=fence)
+        finally:
+            held = self.publisher.publishing.publications.get(topic)
+            if fence is not None and (held is None or held.fence is not fence):
+                self._drop_election(fence)
 
     def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
                 priority: int = DEFAULT_PRIORITY, msg_id: str | None = None) -> int:

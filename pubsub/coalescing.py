@@ -58,6 +58,9 @@ class Coalescer:
                 else:
                     sock.send(frame)  # type: ignore[attr-defined]
             return
+        if env.epoch and pending and pending[0].epoch != env.epoch:  # a run carries one epoch
+            self.send_run(pub)
+            pending = pub.pending
         pending.append(env)
         pub.pending_bytes += len(env.payload)
         if (len(pending) >= COALESCE_MAX or pub.pending_bytes >= COALESCE_BYTES

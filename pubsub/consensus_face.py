@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from dht.consensus_client import ConsensusClient
 from dht.election import DEFAULT_LEASE, Election
+from pubsub.exclusive import election_name
 
 
 class ConsensusFace:
@@ -38,9 +39,19 @@ class ConsensusFace:
         `epoch` (a fencing token that only grows), `leader()` and `wait_leader()`; `on_gain(epoch)` and
         `on_loss(epoch)` are called from the campaign's thread. A leader cut off from its group's majority
         stops leading (`on_loss`) before the name can be granted to anyone else."""
+        return self._campaign(name, candidate=candidate, lease=lease, on_gain=on_gain, on_loss=on_loss)
+
+    def _exclusive(self, topic: str, strength: int, candidate: str) -> Election:
+        """The election `topic`'s exclusive publishers campaign in, with this one's strength
+        (pubsub/exclusive.py)."""
+        return self._campaign(election_name(topic), candidate=candidate, lease=DEFAULT_LEASE, strength=strength)
+
+    def _campaign(self, name: str, *, candidate: str | None, lease: float, on_gain: Callable[[int], None] | None = None,
+                  on_loss: Callable[[int], None] | None = None, strength: int | None = None) -> Election:
         own = ConsensusClient(self.via, timeout=max(lease, 1.0), setup=self._consensus_setup())
         try:
-            election = Election(own, name, candidate=candidate, lease=lease, on_gain=on_gain, on_loss=on_loss)
+            election = Election(own, name, candidate=candidate, lease=lease, on_gain=on_gain, on_loss=on_loss,
+                                strength=strength)
         except BaseException:
             own.close()
             raise
@@ -64,6 +75,13 @@ class ConsensusFace:
     def kv_delete(self, key: str, *, if_version: int | None = None) -> bool:
         """Delete `key` (with `if_version`, only at that version); whether it existed."""
         return self._keys_client().delete(key, if_version=if_version)
+
+    def _drop_election(self, election: Election) -> None:
+        with self._consensus_lock:
+            if election in self._elections:
+                self._elections.remove(election)
+        election.resign()
+        election.client.close()
 
     def _close_consensus(self) -> None:
         with self._consensus_lock:

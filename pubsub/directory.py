@@ -135,19 +135,22 @@ def topic_info(client: DhtClient, topic: str) -> dict:
         "key_id": key_id(topic, client.bits),
         "owner": found.owner.to_dict(),
         "publishers": [{"id": p.id, "endpoint": p.endpoint, "strength": p.strength, "history": p.history,
-                        "retain": p.retain, "archive": p.archive, "dedup": dedup_figures(client, topic, p)}
+                        "retain": p.retain, "archive": p.archive, **publisher_figures(client, topic, p)}
                        for p in pubs],
         "subscribers": int(result.get("count") or 0),
         "groups": group_figures(client, topic, pubs, groups) if groups else {},
     }
 
 
-def dedup_figures(client: DhtClient, topic: str, pub: PublisherEntry) -> dict | None:
-    """The publisher's dedup window for `topic` (pubsub/dedup.py), as it says; None when it keeps none
-    (no msg id sent yet) or does not answer."""
+def publisher_figures(client: DhtClient, topic: str, pub: PublisherEntry) -> dict:
+    """What the publisher says of `topic`: its dedup window (pubsub/dedup.py; None when it keeps none, no
+    msg id sent yet) and, on an exclusive topic, whether it leads, its epoch and the messages it did
+    not send (pubsub/exclusive.py); both None when it does not answer."""
     reply = client.rpc.call(pub.repair, "figures", timeout=client.rpc.timeout, retries=0, topic=topic)
     dedup = reply.get("dedup") if reply.ok else None
-    return dedup if isinstance(dedup, dict) else None
+    exclusive = reply.get("exclusive") if reply.ok else None
+    return {"dedup": dedup if isinstance(dedup, dict) else None,
+            "exclusive": exclusive if isinstance(exclusive, dict) else None}
 
 
 def group_figures(client: DhtClient, topic: str, pubs: list[PublisherEntry], groups: dict[str, dict]) -> dict:

@@ -30,6 +30,11 @@ pattern subscriber's SUB socket selects the frames of each of its patterns with 
 against the patterns whose filters it holds (pubsub/filters.py) and sends each matching pattern its
 copy, so a message on a topic the subscriber has not heard of yet reaches it with no round trip.
 
+A message of an *exclusive* topic (a publisher with a strength, pubsub/exclusive.py) names its publisher
+as [publisher, epoch] instead of the bare id: the epoch of the election its publisher held when it sent
+it, so that a subscriber drops a message of an older epoch than one it has delivered (fencing). The
+array keeps its six fields, so the topic's prefix selects it as any other.
+
 A *probe* is an envelope with seq 0 and an 8-byte token as payload. A publisher sends one on its
 PUB socket when a subscriber asks (pubsub/io_loop.py); since it travels on the topic's own frame,
 its arrival proves that the subscriber's filter is in place at that publisher (ZeroMQ propagates
@@ -71,6 +76,7 @@ class Envelope:
     key: str | None = None  # consumer groups only (not in the plain frame): key-ordered dispatch
     priority: int = DEFAULT_PRIORITY  # consumer groups only: 0..9, higher first
     msg_id: str | None = None  # idempotent publishing: the journal keeps it with the message (never on the wire)
+    epoch: int = 0  # exclusive topics: the election its publisher held when it sent it (0: none)
 
     @classmethod
     def probe(cls, topic: str, publisher: str, token: int, sent_ns: int) -> Envelope:
@@ -86,17 +92,18 @@ class Envelope:
 
     def encode(self, packer: msgpack.Packer | None = None) -> bytes:
         """The wire bytes (`packer`: a reusable msgpack.Packer of the caller's, for the hot path)."""
-        fields = [VERSION, self.topic, self.publisher, self.seq, self.sent_ns, self.payload]
+        fields = [VERSION, self.topic, [self.publisher, self.epoch] if self.epoch else self.publisher, self.seq,
+                  self.sent_ns, self.payload]
         return packer.pack(fields) if packer is not None else msgpack.packb(fields, use_bin_type=True)
 
 
     @classmethod
     def decode(cls, raw: bytes, probes: bool = False) -> Envelope:
         """The envelope in `raw`; a probe (seq 0) only when `probes` is set. EnvelopeError otherwise."""
-        topic, publisher, seq, sent_ns, payload = _unpack(raw, probes)
+        topic, publisher, seq, sent_ns, payload, epoch = _unpack(raw, probes)
         if not (type(sent_ns) is int and sent_ns >= 0 and type(payload) is bytes):
             raise EnvelopeError("envelope fields have the wrong types")
-        return cls(topic, publisher, seq, sent_ns, payload)
+        return cls(topic, publisher, seq, sent_ns, payload, epoch=epoch)
 
 
 def _unpack(raw: bytes, probes: bool) -> tuple:
@@ -107,11 +114,14 @@ def _unpack(raw: bytes, probes: bool) -> tuple:
         raise EnvelopeError(f"not an envelope: {type(exc).__name__}") from None
     if v != VERSION or type(v) is not int:
         raise EnvelopeError(f"unsupported envelope version {v!r}")
+    epoch = 0
+    if type(publisher) is list and len(publisher) == 2 and type(publisher[1]) is int and publisher[1] > 0:
+        publisher, epoch = publisher
     # `type(x) is int` excludes bool; msgpack's integers are below 2**64 already
     if not (type(topic) is str and len(topic) <= MAX_TOPIC_CHARS and type(publisher) is str
             and type(seq) is int and (seq >= 1 or (probes and seq == 0))):
         raise EnvelopeError("envelope fields have the wrong types")
-    return topic, publisher, seq, sent_ns, payload
+    return topic, publisher, seq, sent_ns, payload, epoch
 
 
 def encode_run(envs: list[Envelope], packer: msgpack.Packer | None = None) -> bytes:
@@ -120,7 +130,8 @@ def encode_run(envs: list[Envelope], packer: msgpack.Packer | None = None) -> by
     if len(envs) == 1:
         return envs[0].encode(packer)
     first = envs[0]
-    fields = [VERSION, first.topic, first.publisher, first.seq, [e.sent_ns for e in envs], [e.payload for e in envs]]
+    fields = [VERSION, first.topic, [first.publisher, first.epoch] if first.epoch else first.publisher, first.seq,
+              [e.sent_ns for e in envs], [e.payload for e in envs]]
     return packer.pack(fields) if packer is not None else msgpack.packb(fields, use_bin_type=True)
 
 
@@ -133,26 +144,27 @@ class Run:
     seq: int
     sent_ns: list[int]
     payloads: list[bytes]
+    epoch: int = 0
 
     def envelopes(self) -> list[Envelope]:
-        topic, publisher, seq = self.topic, self.publisher, self.seq
-        return [Envelope(topic, publisher, seq + i, t, b)
+        topic, publisher, seq, epoch = self.topic, self.publisher, self.seq, self.epoch
+        return [Envelope(topic, publisher, seq + i, t, b, epoch=epoch)
                 for i, (t, b) in enumerate(zip(self.sent_ns, self.payloads, strict=True))]
 
 
 def decode_frame(raw: bytes, probes: bool = False) -> Envelope | Run:
     """A published frame: its envelope, or a coalesced run (`encode_run`), checked whole:
     EnvelopeError, and nothing, when any part is wrong."""
-    topic, publisher, seq, sent_ns, payload = _unpack(raw, probes)
+    topic, publisher, seq, sent_ns, payload, epoch = _unpack(raw, probes)
     if type(payload) is bytes:
         if not (type(sent_ns) is int and sent_ns >= 0):
             raise EnvelopeError("envelope fields have the wrong types")
-        return Envelope(topic, publisher, seq, sent_ns, payload)
+        return Envelope(topic, publisher, seq, sent_ns, payload, epoch=epoch)
     if not (type(payload) is list and type(sent_ns) is list and 1 < len(payload) == len(sent_ns) <= MAX_RUN
             and seq >= 1 and all(type(t) is int and t >= 0 for t in sent_ns)
             and all(type(b) is bytes for b in payload)):
         raise EnvelopeError("envelope fields have the wrong types")
-    return Run(topic, publisher, seq, sent_ns, payload)
+    return Run(topic, publisher, seq, sent_ns, payload, epoch)
 
 
 @dataclass(slots=True)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pubsub.dedup import DedupBounds, DedupWindow
 from pubsub.directory import PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, Envelope, topic_filter
 from pubsub.history import History, RetentionBounds
+
+if TYPE_CHECKING:
+    from pubsub.exclusive import Fence
 
 MODES = ("direct", "relay")
 RELIABLE_HISTORY = 1000  # what a reliable publication keeps when it is not told
@@ -51,6 +55,8 @@ class Publication:
     pattern_version: int = -1  # pubsub/filters.py last matched them (their `version`)
     early_seq: int = 0  # held while the topic registers, messages up to this went to its patterns already
     early_heads: frozenset = frozenset()  # ... to these
+    fence: Fence | None = None  # exclusive topics: the election this publisher sends under (pubsub/exclusive.py)
+    standby: int = 0  # messages not sent: this publisher did not lead its exclusive topic
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -78,6 +84,14 @@ class Publication:
         self.seq = last_seq
         self.journaled = True
 
+    def leads(self) -> bool:
+        """Whether messages may go out: always, unless the topic is exclusive and another publisher
+        leads it (then a message is counted in `standby` and not sent)."""
+        if self.fence is None or self.fence.is_leader:
+            return True
+        self.standby += 1
+        return False
+
     def stamp(self, payload: bytes, now_ns: int, key: str | None = None, priority: int = DEFAULT_PRIORITY,
               keep: bool = True) -> Envelope:
         """The next message: numbered, timestamped, kept in the history (a journaled one: once the
@@ -85,6 +99,8 @@ class Publication:
         sent, by `retain`). `key` and `priority` matter to consumer groups only."""
         self.seq += 1
         env = Envelope(self.topic, self.publisher, self.seq, now_ns, payload, key, priority)
+        if self.fence is not None:
+            env.epoch = self.fence.epoch
         if keep and not self.journaled:
             self.history.add(env)
         self.sent += 1

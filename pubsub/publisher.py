@@ -24,6 +24,7 @@ from pubsub.archive import ArchiveFeed
 from pubsub.dedup import Published, check_msg_id
 from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
+from pubsub.exclusive import Fence
 from pubsub.group_client import expect_groups
 from pubsub.history import RetentionBounds
 from pubsub.message import DeadLetter
@@ -65,9 +66,11 @@ class Publisher:
 
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
                   mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,
-                  retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None) -> None:
+                  retain_bytes: int | None = None, archive: bool = False, timeout: float | None = None,
+                  fence: Fence | None = None) -> None:
         """Register as a publisher of `topic` (pubsub/client.py's Client.advertise says what the terms mean);
-        returns once the owner holds the registration."""
+        returns once the owner holds the registration. `fence`: an exclusive topic's election, which
+        this publisher must lead to send (pubsub/exclusive.py)."""
         self._check_open()
         check_publishable(check_topic(topic))
         defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
@@ -75,6 +78,7 @@ class Publisher:
                                  defaults.seconds if retain_seconds is None else retain_seconds,
                                  defaults.bytes if retain_bytes is None else retain_bytes)
         pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
+        pub.fence = fence
         wait = self.timeout if timeout is None else timeout
         with self._lock:
             held = self.publishing.publications.get(topic)
@@ -251,7 +255,8 @@ class Publisher:
         if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
             payload = self._checked_payload(payload)
         self._ready_to_publish(topic)
-        return self.publishing.publish(topic, payload, key, priority).seq
+        env = self.publishing.publish(topic, payload, key, priority)
+        return 0 if env is None else env.seq
 
     def _publish_once(self, topic: str, payload: bytes | str, key: str | None, priority: int, msg_id: str) -> int:
         self._check_terms(key, priority)

@@ -157,14 +157,18 @@ class PublishingSide:
                 if self.journal is None:
                     self.journal = Journal(self.data, self._send_journaled, self.dedup_bounds.seconds)
 
-    def publish(self, topic: str, payload: bytes, key: str | None = None, priority: int = DEFAULT_PRIORITY) -> Envelope:
+    def publish(self, topic: str, payload: bytes, key: str | None = None,
+                priority: int = DEFAULT_PRIORITY) -> Envelope | None:
         """Stamp and send one message (the publication must exist) to the plain subscribers and to one
         member of each consumer group; with a data directory, queue it for the journal, which sends it
-        once it is written."""
+        once it is written. None: an exclusive topic this publisher does not lead (nothing sent)."""
         if self.journal is not None:
             self.journal.wait_for_room()
         with self.lock:
-            return self._publish(self.publications[topic], payload, key, priority, time.time_ns())
+            pub = self.publications[topic]
+            if pub.fence is not None and not pub.leads():
+                return None
+            return self._publish(pub, payload, key, priority, time.time_ns())
 
     def publish_once(self, topic: str, payload: bytes, msg_id: str, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> tuple[int, bool]:
@@ -174,6 +178,8 @@ class PublishingSide:
             self.journal.wait_for_room()
         with self.lock:
             pub = self.publications[topic]
+            if pub.fence is not None and not pub.leads():
+                return 0, False
             if pub.dedup is None:
                 pub.dedup = DedupWindow(self.dedup_bounds)
             now = time.time_ns()
@@ -259,6 +265,9 @@ class PublishingSide:
                 self.journal.wait_for_room()
             with self.lock:
                 pub = self.publications[topic]
+                if pub.fence is not None and not pub.leads():
+                    pub.standby += len(payloads[start:start + PUBLISH_MANY_CHUNK]) - 1
+                    continue
                 now, stamp = time.time_ns, pub.stamp
                 if pub.journaled:
                     put = self.journal.put  # type: ignore[union-attr]

@@ -179,9 +179,12 @@ class Service:
         if refusal is not None:
             raise Refused(refusal)
         if req["op"] == "figures":  # the publication's own, for `topic info`: its msg-id window (pubsub/dedup.py)
-            with self.publishing.lock:
+            with self.publishing.lock:  # and, on an exclusive topic, whether it leads (pubsub/exclusive.py)
                 pub = self.publishing.publications.get(topic)
-                return {"dedup": None if pub is None or pub.dedup is None else pub.dedup.stats()}
+                fence = None if pub is None else pub.fence
+                return {"dedup": None if pub is None or pub.dedup is None else pub.dedup.stats(),
+                        "exclusive": None if fence is None else {"leading": fence.is_leader, "epoch": fence.epoch,
+                                                                 "standby": pub.standby}}
         result = self.publishing.serve(topic, req["op"], count=req.get("count", 0), lo=req.get("from", 1),
                                        hi=req.get("to"))
         if result is None:

@@ -18,7 +18,10 @@ and a read of the record when `reread` is set. Per publisher (a `Stream`):
 - durable (reliable, with `start` positions from the data directory): a publisher's stream resumes
   after its committed position instead of 1, and what was handed to the application before
   (up to the handed position) comes marked `redelivered`;
-- ownership strength: on an exclusive topic only the strongest live publisher is delivered.
+- ownership strength: on an exclusive topic only one publisher is delivered. Its publishers stamp
+  their messages with the epoch of the election they lead (pubsub/exclusive.py): a message of an
+  older epoch than one delivered is dropped and counted (`fenced`). Messages without an epoch (a
+  publisher that could not campaign) fall back on the record: only the strongest live one.
 A message from a publisher the record has not told us of yet (a "stranger": it registered since
 our last read) is held, bounded, and the record read again at once, so a new publisher loses no
 more of its start than the time one read takes. A publisher the record no longer names has
@@ -62,6 +65,7 @@ class Stats:
     redelivered: int = 0  # durable: handed to the application before a restart, delivered again
     dead_lettered: int = 0  # reliable: messages that fell out of the publisher's history
     dropped: int = 0  # best effort: not taken by a slow application (the subscription's queue was full)
+    fenced: int = 0  # exclusive topics: messages of an older epoch than one delivered, dropped
     publishers: set[str] = field(default_factory=set)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     lost_before: int = 0  # best-effort gaps of publishers that have since gone
@@ -73,7 +77,7 @@ class Stats:
         return {"topic": topic, "received": self.received, "duplicates": self.duplicates, "gaps": lost,
                 "lost": lost, "expected": self.received - self.redelivered + lost,
                 "publishers": len(self.publishers), "recovered": self.recovered, "dropped": self.dropped,
-                "redelivered": self.redelivered,
+                "redelivered": self.redelivered, "fenced": self.fenced,
                 "latency_ms": {"p50": None if p50 is None else round(p50, 3),
                                "p99": None if p99 is None else round(p99, 3)}}
 
@@ -143,6 +147,7 @@ class TopicState:
         self.departed: dict[str, Stream] = {}  # gone from the record; still delivered until forgotten
         self.resume: dict[str, int] = {}  # forgotten publishers: the first seq not yet delivered from them
         self._leader: str | None = None  # on an exclusive topic, the only publisher delivered
+        self.epoch = 0  # on an exclusive topic, the highest epoch delivered
         self.unmatched: dict[str, str] = {}  # publisher id -> why it is not delivered
         self.strangers: dict[str, list[tuple[Envelope, int]]] = {}  # publisher -> (message, recv_ns)
         self._stranger_count = 0
@@ -292,7 +297,7 @@ class TopicState:
         st, n, seq = self.streams.get(run.publisher), len(run.payloads), run.seq
         if st is not None and seq + n - 1 > st.live_high:
             st.live_high = seq + n - 1
-        if st is None or st.catching_up or seq <= st.handed_before or (
+        if st is None or st.catching_up or seq <= st.handed_before or run.epoch or (
                 self._leader is not None and self._leader != st.entry.id) or not self._take_run(st, seq, n):
             for env in run.envelopes():
                 self.on_message(env, recv_ns)
@@ -463,8 +468,13 @@ class TopicState:
             self._deliver(st, env, recovered, recv_ns)
 
     def _deliver(self, st: Stream, env: Envelope, recovered: bool, recv_ns: int) -> None:
-        if self._leader is not None and self._leader != st.entry.id:
-            return  # exclusive topic: only the strongest publisher is delivered
+        if env.epoch:  # exclusive topic: never a message of an older epoch after a newer one
+            if env.epoch < self.epoch:
+                self.stats.fenced += 1
+                return
+            self.epoch = env.epoch
+        elif self._leader is not None and self._leader != st.entry.id:
+            return  # exclusive topic without elections: only the strongest publisher is delivered
         msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered,
                       first_owed=st.window.first_owed if not self.reliable else st.first_owed)
         if env.seq <= st.handed_before:

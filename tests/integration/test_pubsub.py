@@ -298,6 +298,11 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
 
 
 def test_only_the_strongest_publisher_is_delivered_and_the_next_takes_over(ring, procs, tmp_path):
+    """An exclusive topic's publishers campaign with their strengths: only the stronger sends (the
+    weaker's messages are not sent while it leads: the two never send at once), every message stamped
+    with its epoch; the stronger killed, the weaker takes over under a higher epoch.
+    To see it fail, let `Publication.leads` always answer True (both send: the weaker's rows interleave
+    the stronger's), or stop stamping the epoch (the subscriber's epoch never grows)."""
     heartbeat = 0.5
     via = ring.nodes[7].endpoint
     with Client(via, heartbeat=heartbeat) as client:
@@ -308,15 +313,18 @@ def test_only_the_strongest_publisher_is_delivered_and_the_next_takes_over(ring,
         procs("weak", *pub_args(via, "exclusive", tmp_path / "b.jsonl", "--count", "0", "--rate", "50",
                                 "--strength", "1", "--heartbeat", str(heartbeat)))
         wait_for(lambda: len(state.streams) == 2, timeout=20, what="both publishers matched")
+        strong_id = wait_for(lambda: (jsonl(tmp_path / "a.jsonl") or [{}])[0].get("publisher"), timeout=20,
+                             what="the stronger sending")
         while sub.get(timeout=0) is not None:
             pass
         batch = [sub.get(timeout=5) for _ in range(50)]
-        strong_id = jsonl(tmp_path / "a.jsonl")[0]["publisher"]
         assert {m.publisher for m in batch} == {strong_id}
+        strong_epoch = state.epoch
+        assert strong_epoch > 0, "the stronger's messages carry its epoch"
         strong.send_signal(signal.SIGKILL)
         strong.wait(timeout=5)
         killed_ns = time.time_ns()
-        weak_id = jsonl(tmp_path / "b.jsonl")[0]["publisher"]
+        weak_id = next(s for s in state.streams if s != strong_id)
 
         def weak_message():
             m = sub.get(timeout=0.1)
@@ -324,6 +332,13 @@ def test_only_the_strongest_publisher_is_delivered_and_the_next_takes_over(ring,
 
         first_weak = wait_for(weak_message, timeout=3 * heartbeat + 3, interval=0, what="the weaker taking over")
         assert (first_weak.recv_ns - killed_ns) / 1e9 <= 3 * heartbeat + 5 * PERIOD + heartbeat
+        assert state.epoch > strong_epoch and state.stats.fenced == 0
+        [weak_info] = [p["exclusive"] for p in client.topic_info("exclusive")["publishers"] if p["id"] == weak_id]
+        assert weak_info["leading"] and weak_info["epoch"] >= state.epoch and weak_info["standby"] > 0, weak_info
+    strong_rows = jsonl(tmp_path / "a.jsonl")
+    first, last = strong_rows[0]["sent_ns"], strong_rows[-1]["sent_ns"]
+    during = [r for r in jsonl(tmp_path / "b.jsonl") if first <= r["sent_ns"] <= last]
+    assert not during, f"the weaker sent {len(during)} messages while the stronger led"
 
 
 def test_garbage_on_the_service_and_sub_sockets_changes_nothing(ring):
