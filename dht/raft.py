@@ -325,6 +325,8 @@ class Raft(Compaction):
         return True
 
     def _on_append(self, msg: Append) -> None:
+        if not _consecutive(msg):
+            return  # no leader sends it: dropped before it can touch the log
         if not self._heard_leader(msg):
             return
         if msg.prev_index < self.snap_index:  # its start is folded into our snapshot: committed, so it matches
@@ -373,3 +375,16 @@ class Raft(Compaction):
 
     def _config_index(self) -> int:
         return self._configs[-1] if self._configs else 0
+
+
+def _consecutive(msg: Append) -> bool:
+    """Whether an append's entries are what a leader sends: indexes one after another from prev_index + 1,
+    terms from 1 up to the append's own, never going down (an entry of term 0 would pass for one the
+    log lacks, since `term_at` says 0 beyond the log)."""
+    term = max(msg.prev_term, 1)
+    for i, e in enumerate(msg.entries, msg.prev_index + 1):
+        if e.index != i or not term <= e.term <= msg.term:
+            return False
+        term = e.term
+    return True
+

@@ -384,6 +384,8 @@ def test_topic_info_json(ring):
     via = ring.nodes[4].endpoint
     with Client(via) as publisher, Client(via) as subscriber:
         publisher.advertise("catalogue", history=7, strength=3)
+        fence = publisher.publications["catalogue"].fence
+        assert fence.wait_leader(20), "the only publisher of an exclusive topic leads it"
         subscriber.subscribe("catalogue")
         out = subprocess.run([sys.executable, "-m", "chordpub", "topic", "info", "catalogue", "--via", via,
                               "--json"], capture_output=True, text=True, timeout=60)
@@ -393,6 +395,7 @@ def test_topic_info_json(ring):
         assert found["groups"] == {}  # no consumer group on this topic
         assert found["publishers"] == [{"id": publisher.id, "endpoint": publisher.publishing.endpoint,
                                         "strength": 3, "history": 7, "archive": False, "dedup": None,
+                                        "exclusive": {"leading": True, "epoch": fence.epoch, "standby": 0},
                                         "retain": {"messages": 100_000, "seconds": 3600.0, "bytes": 64 * 2**20}}]
         assert found["subscribers"] == 1
         assert found["owner"]["id"] == owner_of(sorted(n.id for n in ring.nodes), key_id("catalogue"))
