@@ -69,6 +69,7 @@ class ConsensusClient:
         self._seq = 0
         self._lock = threading.Lock()
         self._leaders: dict[int, str] = {}  # arc -> the consensus endpoint found leading its group
+        self._groups: dict[int, list[str]] = {}  # arc -> the members the ring named last (16 arcs at most)
 
     # -- keys ---------------------------------------------------------------------------------------
     def put(self, key: str, value: bytes | str, *, if_version: int | None = None,
@@ -131,16 +132,21 @@ class ConsensusClient:
         arc = arc_of(key_id(name, self.dht.bits), self.dht.bits)
         leader = self._leaders.get(arc)
         candidates = [leader] if leader else []
-        last = "no member of its group answered"
+        remembered = [m for m in self._groups.get(arc, []) if m != leader]  # asked before the ring is: a
+        last = "no member of its group answered"  # lookup through a moving ring can take seconds
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise NoMajority(f"no leader of {name!r}'s group answered within {timeout:g}s ({last}): a partition "
                                  "or failures leave it without a majority here; it was not confirmed, and is "
                                  "applied at most once")
-            if not candidates:
+            if not candidates and remembered:
+                candidates, remembered = remembered, []
+            elif not candidates:
                 candidates = self._members(arc)
-                if not candidates:
+                if candidates:
+                    self._groups[arc] = list(candidates)
+                else:
                     last = "the ring did not say who holds the group"
                     time.sleep(min(RETRY_PAUSE * 4, max(0.0, left)))  # the ring is moving: ask it again
                     continue

@@ -57,8 +57,12 @@ class Election:
         self._valid_until = float("-inf")  # monotonic time this process stops leading without a renewal
         self._leading = False
         self._stop = threading.Event()
+        self._lock = threading.RLock()  # one change of leadership at a time, callbacks in order
+        self._renewed = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self._run, name=f"election-{name}", daemon=True)
+        self._clock = threading.Thread(target=self._watch, name=f"election-clock-{name}", daemon=True)
         self._thread.start()
+        self._clock.start()
 
     @property
     def is_leader(self) -> bool:
@@ -81,9 +85,13 @@ class Election:
     def resign(self) -> None:
         """Stop campaigning and free the name now (if held) rather than a lease later."""
         self._stop.set()
+        with self._lock:
+            self._renewed.notify_all()
+        self._clock.join(timeout=5)
+        with self._lock:
+            epoch, leading = self.epoch, self._leading
+            self._lose()
         self._thread.join(timeout=self.lease + 5)
-        epoch, leading = self.epoch, self._leading
-        self._lose()
         if leading:
             try:
                 self.client.resign(self.name, self.candidate, epoch, timeout=self.lease)
@@ -108,22 +116,34 @@ class Election:
             if self._stop.is_set():
                 return
             if answer is not None:
-                self.holder = answer.get("leader")
-                if answer.get("ok"):
-                    if self._leading and answer["epoch"] != self.epoch:
-                        self._lose()  # granted anew: the old epoch ended in between
-                    self._valid_until = sent + self.lease * (1 - DRIFT) - self.ahead
-                    if not self._leading:
-                        self._leading, self.epoch = True, answer["epoch"]
-                        self._tell(self.on_gain, self.epoch)
-                elif self._leading:
-                    self._lose()
-            if self._leading and time.monotonic() >= self._valid_until:
+                self._answered(answer, sent)
+            self._stop.wait(max(0.0, every - (time.monotonic() - sent)))
+
+    def _answered(self, answer: dict, sent: float) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self.holder = answer.get("leader")
+            if answer.get("ok"):
+                if self._leading and answer["epoch"] != self.epoch:
+                    self._lose()  # granted anew: the old epoch ended in between
+                self._valid_until = sent + self.lease * (1 - DRIFT) - self.ahead
+                if not self._leading and time.monotonic() < self._valid_until:
+                    self._leading, self.epoch = True, answer["epoch"]
+                    self._tell(self.on_gain, self.epoch)
+            elif self._leading:
                 self._lose()
-            pause = every - (time.monotonic() - sent)
-            if self._leading:  # wake at the lease's end at the latest, to say it was lost on time
-                pause = min(pause, self._valid_until - time.monotonic())
-            self._stop.wait(max(0.0, pause))
+            self._renewed.notify_all()
+
+    def _watch(self) -> None:
+        """The lease's end, on a thread of its own: a renewal that hangs (a partition can hold a request
+        for seconds) never delays `on_loss` past it."""
+        with self._lock:
+            while not self._stop.is_set():
+                left = self._valid_until - time.monotonic()
+                if self._leading and left <= 0:
+                    self._lose()
+                self._renewed.wait(left if self._leading and left > 0 else None)
 
     def _lose(self) -> None:
         if self._leading:

@@ -24,6 +24,9 @@ class Message:
     member, or this one, had it and failed, timed out or went); `key` and `priority` are the
     publisher's; `ack()` and `nak()` say the application is done with it, or wants it sent again
     (with `auto_ack=False`; otherwise a callback returning acks it, raising naks it).
+
+    On an exclusive topic, `epoch` is the election epoch its publisher led under when it sent it (a
+    subscriber never delivers an older epoch's message after a newer one's); 0 elsewhere.
     """
 
     topic: str
@@ -39,6 +42,7 @@ class Message:
     group: str | None = None
     key: str | None = None
     priority: int = 4
+    epoch: int = 0  # exclusive topics: the election epoch its publisher sent it under (pubsub/exclusive.py)
     _commit: Callable[[Message], None] | None = field(default=None, repr=False, compare=False)
     _settle: Callable[[Message, str], None] | None = field(default=None, repr=False, compare=False)
 

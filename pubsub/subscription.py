@@ -476,7 +476,7 @@ class TopicState:
         elif self._leader is not None and self._leader != st.entry.id:
             return  # exclusive topic without elections: only the strongest publisher is delivered
         msg = Message(env.topic, env.payload, env.publisher, env.seq, env.sent_ns, recv_ns, recovered,
-                      first_owed=st.window.first_owed if not self.reliable else st.first_owed)
+                      first_owed=st.window.first_owed if not self.reliable else st.first_owed, epoch=env.epoch)
         if env.seq <= st.handed_before:
             msg.redelivered = True
             self.stats.redelivered += 1

@@ -53,6 +53,20 @@ def two_sides(a: int, b: int) -> nx.Graph:
     return g
 
 
+def chain(n: int) -> nx.Graph:
+    """Hosts h1..hN, each on its own switch, the switches in a line s1-s2-...-sN: cutting the link
+    s_i-s_i+1 splits the hosts into h1..hi and hi+1..hN, and cutting several links splits them into
+    several groups (a line has no loop, so Linux bridges need no spanning tree)."""
+    g = nx.Graph(spec=f"chain,{n}")
+    for i in range(1, n + 1):
+        g.add_node(f"s{i}", kind="switch")
+        g.add_node(f"h{i}", kind="host")
+        g.add_edge(f"h{i}", f"s{i}", delay_ms=0.0, bw_mbps=1000.0, loss_pct=0.0)
+        if i > 1:
+            g.add_edge(f"s{i - 1}", f"s{i}", delay_ms=0.0, bw_mbps=1000.0, loss_pct=0.0)
+    return g
+
+
 @dataclass
 class PartitionedRing:
     """A running two-sided network with one node on every host."""
@@ -71,6 +85,10 @@ class PartitionedRing:
     def side_b(self) -> list:
         return [self.network.host(v) for v in self.network.graph if str(v).startswith("b")]
 
+    @property
+    def hosts(self) -> list:
+        return [self.network.host(v) for v, d in self.network.graph.nodes(data=True) if d.get("kind") == "host"]
+
     def endpoint(self, host, port: int = PORT) -> str:  # noqa: ANN001 - a mininet Host
         return f"{host.IP()}:{port}"
 
@@ -86,7 +104,7 @@ class PartitionedRing:
         return p
 
     def start_nodes(self, *extra: str) -> None:
-        hosts = self.side_a + self.side_b
+        hosts = self.hosts
         first = self.endpoint(hosts[0])
         for i, host in enumerate(hosts):
             self.start_node(host, PORT, first if i else None, *extra)
@@ -136,19 +154,22 @@ class PartitionedRing:
         out, _ = p.communicate(timeout=120)
         return json.loads(out)
 
-    def link(self, up: bool) -> None:
+    def link(self, up: bool, a: str = "s1", b: str = "s2") -> None:
+        """Set the link between switches `a` and `b` up or down."""
         names = self.network.names
-        self.network.net.configLinkStatus(names["s1"], names["s2"], "up" if up else "down")
+        self.network.net.configLinkStatus(names[a], names[b], "up" if up else "down")
 
 
 @contextmanager
-def partitioned_ring(a: int, b: int, workdir: Path, stabilize: float = 0.5) -> Iterator[PartitionedRing]:
-    """Mininet with `two_sides(a, b)` and a node on every host; everything stopped however the block ends."""
+def partitioned_ring(a: int, b: int, workdir: Path, stabilize: float = 0.5,
+                     graph: nx.Graph | None = None) -> Iterator[PartitionedRing]:
+    """Mininet with `two_sides(a, b)` (or `graph`, e.g. a `chain`) and a node on every host once started;
+    everything stopped however the block ends."""
     from dht.processes import stop_processes
     from topologies.mininet_net import mininet_network
 
     workdir.mkdir(parents=True, exist_ok=True)
-    with mininet_network(two_sides(a, b), workdir=workdir / "switches") as net:
+    with mininet_network(two_sides(a, b) if graph is None else graph, workdir=workdir / "switches") as net:
         ring = PartitionedRing(net, workdir, stabilize)
         try:
             yield ring

@@ -4,8 +4,8 @@
                                    [--ready FILE]
 
 Touches the --ready file once subscribed (the subscription is in place at the topic's owner).
-Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "received": n}) once N messages came or S seconds
-passed, and exits 0 if N came, 1 otherwise.
+Writes FILE (JSON: {"seqs": {publisher: [seq, ...]}, "epochs": [each message's epoch, in delivery order],
+"received": n}) once N messages came or S seconds passed, and exits 0 if N came, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--ready", help="Touch this file once subscribed.")
     args = ap.parse_args()
     seqs: dict[str, list[int]] = {}
+    epochs: list[int] = []
     received = 0
     with Client(args.via, heartbeat=args.heartbeat, host=args.host) as client:
         sub = client.subscribe(args.topic, reliable=True)
@@ -41,9 +42,10 @@ def main() -> int:
             msg = sub.get(timeout=0.5)
             if msg is not None:
                 seqs.setdefault(msg.publisher, []).append(msg.seq)
+                epochs.append(msg.epoch)
                 received += 1
     tmp = Path(args.out + ".tmp")
-    tmp.write_text(json.dumps({"seqs": seqs, "received": received}))
+    tmp.write_text(json.dumps({"seqs": seqs, "epochs": epochs, "received": received}))
     os.replace(tmp, args.out)
     return 0 if received >= args.count else 1
 

@@ -102,22 +102,21 @@ def _key_linearizable(ops: list[Op]) -> bool:
     everything = (1 << len(ops)) - 1
     pending = sum(1 << i for i, o in enumerate(ops) if o.output is None)
     tried: set[tuple[int, State]] = set()
-
-    def search(done: int, state: State) -> bool:
+    stack: list[tuple[int, State]] = [(0, (None, 0, 0))]  # depth first, without recursion: a key's
+    while stack:  # history may be thousands of operations long
+        done, state = stack.pop()
         if done | pending == everything:
             return True  # what is left never returned: it may never have taken effect
         if (done, state) in tried:
-            return False
+            continue
         tried.add((done, state))
         left = [i for i in range(len(ops)) if not done >> i & 1]
         first_return = min(ops[i].ret for i in left)
+        children = []
         for i in left:
             op = ops[i]
             if op.call > first_return:
                 break  # (sorted by call) invoked after another returned: it cannot come first
-            for after in steps(state, op):
-                if search(done | 1 << i, after):
-                    return True
-        return False
-
-    return search(0, (None, 0, 0))
+            children.extend((done | 1 << i, after) for after in steps(state, op))
+        stack.extend(reversed(children))  # tried in the same order as a recursive search would
+    return False
