@@ -87,6 +87,7 @@ class ConsensusService:
         self.reject_log = RejectLog("malformed consensus message")
         self.messages_in = self.messages_out = self.bytes_out = 0
         self.failures = 0  # loop turns that raised (logged at most every 5 s)
+        self.leaders_lost = 0  # groups whose leader's process was seen dying (an election hurried)
         self._failure_logged = float("-inf")
         self._threads: list[threading.Thread] = []
 
@@ -129,7 +130,8 @@ class ConsensusService:
         malformed or foreign-ring messages (`rejected`) and loop turns that failed (`failures`)."""
         groups = list(self.groups.values())
         return {"member": self.id, "groups": len(groups), "led": sum(g.is_leader for g in groups),
-                "awake": len(self.awake), "rejected": self.reject_log.count, "failures": self.failures}
+                "awake": len(self.awake), "rejected": self.reject_log.count, "failures": self.failures,
+                "leaders_lost": self.leaders_lost}
 
     def state(self) -> dict:
         """Each group's role, term, leader and members, for `info` and the tests (from any thread)."""
@@ -214,9 +216,13 @@ class ConsensusService:
                     if g.is_leader:
                         self._place_later(arc)
             elif kind == "died":  # a peer's process died: its groups' followers must see whether it led
-                for arc in self.groups:
+                closed = self.peers.closed()
+                for arc, g in self.groups.items():
                     self.awake.add(arc)
                     self.quiet[arc] = 0
+                    leader = g.raft.leader
+                    if leader is not None and endpoint_of(leader) in closed and g.raft.leader_gone(leader):
+                        self.leaders_lost += 1
             elif kind == "wanted":
                 arc, members = arg
                 asked_at = self._asked.pop(arc, self._moves)

@@ -163,6 +163,17 @@ class Raft(Compaction):
         elif self.elapsed >= self.timeout and self.id in self.members:
             self._campaign(pre=True)
 
+    def leader_gone(self, leader: str) -> bool:
+        """The caller saw `leader`'s process die (our connection to it closed): campaign within a few
+        ticks instead of a whole election timeout, and vote without waiting out the lease it had (both
+        are liveness only: no vote's safety rests on time). Whether this member was its follower."""
+        if self.role != FOLLOWER or self.leader != leader:
+            return False
+        self.leader = None
+        self.since_leader = self.election_ticks
+        self.elapsed = max(self.elapsed, self.timeout - self.random(1, 3))  # staggered: no split vote
+        return True
+
     def propose(self, data: bytes = b"", members: tuple[str, ...] | None = None) -> int:
         """Append a command (or, with `members`, a configuration change of one member) at the leader;
         its index. NotLeader elsewhere; ValueError for a change of more than one member, or while

@@ -221,6 +221,11 @@ class RpcClient:
         self._read_events()
         return self.disconnects
 
+    def closed(self) -> set[str]:
+        """The process endpoints ("host:port") whose connection is closed now (a watching client)."""
+        self._read_events()
+        return {address.removeprefix("tcp://") for address in self._closed}
+
     def _timed_out(self, endpoint: str) -> None:
         process = process_of(endpoint)
         n = self._timeouts.get(process, 0) + 1

@@ -161,11 +161,13 @@ def test_killing_a_groups_leader_loses_no_write_and_applies_none_twice(ring_fact
     """One writer increments a counter by compare-and-set while the node leading the counter's group
     is SIGKILLed: writes resume within 2 s of the kill under a new group leader, every increment
     confirmed is there exactly once (a retry of one that was applied is answered, not applied again,
-    which would show as a refused compare-and-set of the writer's own), and none is lost.
+    which would show as a refused compare-and-set of the writer's own), and none is lost. The survivors
+    saw the leader's process die (their connection to it closed) and elected another at once, without
+    waiting out an election timeout.
 
     To see it fail: drop the session from `ConsensusClient.command` (a retried increment is applied
     again and refused), or make `Raft._advance_commit` count the leader alone (a write acknowledged by
-    the dead leader alone is lost)."""
+    the dead leader alone is lost), or let `Raft.leader_gone` do nothing (no survivor hurries)."""
     ring = ring_factory()
     ring.start(4)
     ring.wait_consistent(timeout=30)
@@ -193,7 +195,10 @@ def test_killing_a_groups_leader_loses_no_write_and_applies_none_twice(ring_fact
             gaps.append(now - last_ok)
             last_ok = now
         assert int(client.get(key)[0]) == confirmed
+        hurried = [client.dht.info(e)["consensus"]["leaders_lost"] for e in endpoints if e != leader]
+    print(f"writes stopped for {max(gaps):.2f} s at most; survivors that saw the leader die: {hurried}")
     assert max(gaps) < 2.5, f"writes stopped for {max(gaps):.2f} s after the group's leader was killed"
+    assert any(hurried), "no survivor saw the leader's process die and hurried an election"
 
 
 def test_a_group_without_its_majority_refuses_with_one_line(ring_factory):
