@@ -20,14 +20,19 @@ What is here, by the paper's sections:
   tick t, no other leader can be elected before t + `election_ticks`: the leader is certainly the
   only one until then (`lease_ticks()`), and it steps down when that time passes without a newer
   majority, before any other member could be elected (ticks of equal length at every member: the
-  caller's clocks may drift by less than the `drift_ticks` margin);
+  caller's clocks may drift by less than the `drift_ticks` margin). Nothing outside relies on that
+  certainty (reads go through the log): a member whose caller saw the leader's process die gives up
+  its lease at once (`leader_gone`) and the survivors stand a few ticks apart, so a dead leader is
+  replaced in a few ticks rather than an election timeout;
 - membership changes one server at a time (thesis §4.1): a configuration entry takes effect when it
   is appended, and only one may be uncommitted at a time;
 - log compaction (§7): the caller folds the applied prefix into a snapshot of its state (`compact`),
   and a leader sends a follower that lags behind it the snapshot instead, in chunks
   (InstallSnapshot), which the follower's caller restores (`Ready.snapshot`) before applying more.
 
-The messages are dht/raft_messages.py's; compaction's rules dht/raft_snapshots.py's.
+The messages are dht/raft_messages.py's; compaction's rules dht/raft_snapshots.py's. Long because
+election, replication, leases and membership all read and change the same role, term and log: split
+apart, each would need the others' state.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ __all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "PRE_CANDIDATE", "SNAPSHOT_CHUNK",
 
 MAX_APPEND = 64  # entries in one append message at most (a follower far behind catches up in steps)
 MAX_APPEND_BYTES = 256 * 1024  # and their data at most this much (one entry at least)
+HURRY_GAP = 3  # ticks between the survivors' campaigns when a leader's death was seen (`leader_gone`)
 
 
 class Raft(Compaction):
@@ -94,6 +100,8 @@ class Raft(Compaction):
         self.led_from = 0  # candidate and leader: the tick its campaign began
         self.elapsed = 0  # ticks since the election timeout was last reset
         self.since_leader = 0  # ticks since a leader was last heard from: none votes within a lease of it
+        self.hurried = False  # its leader was seen dying: campaigns wait shortly until a leader is heard
+        self.gone: tuple[str, int] | None = None  # (the leader seen dying, its term)
         self.timeout = self.random(election_ticks, 2 * election_ticks - 1)
         self._out: list[Message] = []
         self._unsaved_from: int | None = None
@@ -169,9 +177,15 @@ class Raft(Compaction):
         are liveness only: no vote's safety rests on time). Whether this member was its follower."""
         if self.role != FOLLOWER or self.leader != leader:
             return False
+        survivors = sorted(m for m in self.members if m != leader)
+        rank = survivors.index(self.id) if self.id in survivors else len(survivors)
         self.leader = None
         self.since_leader = self.election_ticks
-        self.elapsed = max(self.elapsed, self.timeout - self.random(1, 3))  # staggered: no split vote
+        self.hurried, self.gone = True, (leader, self.term)
+        # HURRY_GAP ticks apart, in the members' order: the first has its votes before the next starts
+        # (together, they would split them); members that saw the death at different moments may still
+        # split, and then stand again after a short random wait, not a whole election timeout
+        self.elapsed = max(self.elapsed, self.timeout - 1 - HURRY_GAP * rank)
         return True
 
     def propose(self, data: bytes = b"", members: tuple[str, ...] | None = None) -> int:
@@ -226,7 +240,8 @@ class Raft(Compaction):
 
     def _campaign(self, pre: bool) -> None:
         self.elapsed = 0
-        self.timeout = self.random(self.election_ticks, 2 * self.election_ticks - 1)
+        low = HURRY_GAP if self.hurried else self.election_ticks
+        self.timeout = self.random(low, 2 * self.election_ticks - 1)
         if pre:
             self.role = PRE_CANDIDATE
         else:
@@ -281,6 +296,7 @@ class Raft(Compaction):
     def _become_leader(self) -> None:
         self.role = LEADER
         self.leader = self.id
+        self.hurried = False
         self.elapsed = 0
         self.acked = {}
         self.next_index = {p: self.last_index + 1 for p in self.members}
@@ -329,10 +345,13 @@ class Raft(Compaction):
         if msg.term < self.term:
             self._out.append(AppendReply(self.id, msg.src, self.term, False, self.last_index))
             return False
+        if self.gone == (msg.src, msg.term):  # sent before it died, read after: its entries count, but
+            return True  # it is no sign of life (no leader again, no lease)
         if self.role != FOLLOWER or self.leader != msg.src:
             self._become_follower(msg.term, msg.src)
         self.elapsed = 0
         self.since_leader = 0
+        self.hurried = False
         return True
 
     def _on_append(self, msg: Append) -> None:

@@ -339,6 +339,8 @@ def test_election_holders_never_overlap_and_epochs_grow(seed):
     def answered(client: str, rid: int, answer: dict) -> None:
         if not answer.get("ok") or (sent := sent_at.pop((client, rid), None)) is None:
             return  # (asked of every member: the others say they do not lead)
+        if sent + lease - 1 < sim.now:
+            return  # answered after the lease it would renew was over: the holder does not act on it
         if lead_until.get(client, -1) < sim.now:  # a new interval
             intervals[client].append([sim.now, sim.now])
             epochs.append((sim.now, answer["epoch"], client))

@@ -24,6 +24,7 @@ import pytest
 
 from dht import raft, raft_snapshots
 from dht.raft import (
+    HURRY_GAP,
     LEADER,
     Append,
     AppendReply,
@@ -377,3 +378,27 @@ def test_a_reordered_append_or_refusal_moves_nothing_back():
     assert follower.commit == 6, "an append matching two entries does not undo six"
     lead.step(AppendReply(follower.id, lead.id, lead.term, False, 1, 0))
     assert lead.next_index[follower.id] == lead.match_index[follower.id] + 1 == 7
+
+
+def test_followers_that_see_their_leader_die_elect_another_within_a_few_ticks():
+    """`leader_gone` (the caller saw the leader's process die): the survivors stand one after another,
+    HURRY_GAP ticks apart in the members' order, and vote without waiting out the dead leader's lease,
+    so a new leader comes within a few ticks, not an election timeout (10-19); an append the dead leader
+    sent before it died, read afterwards, neither brings it back as leader nor restarts its lease. To
+    see it fail, let `leader_gone` do nothing, or drop the `gone` check in `_heard_leader`."""
+    c = Cluster(3, seed=5)
+    old = c.await_leader()
+    old.propose(b"before")
+    c.run(3)
+    late = [m for _, m in c.flight if m.src == old.id and isinstance(m, Append)]
+    late = late or [Append(old.id, i, old.term, old.last_index, old.last_term, (), old.commit, old.now)
+                    for i in c.ids if i != old.id]
+    c.stop(old.id)
+    c.flight = []
+    survivors = [c.nodes[i] for i in c.ids if i != old.id]
+    assert all(n.leader_gone(old.id) for n in survivors)
+    for msg in late:  # what it sent before it died, read after
+        c.nodes[msg.dst].step(msg)
+    assert all(n.leader is None and not n._in_lease() for n in survivors)
+    new = c.await_leader(ticks=2 + HURRY_GAP)
+    assert new.id != old.id and new.term == old.term + 1
