@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from tests.conftest import IN_CI
 from topologies.mininet_net import MininetError, check_runnable, leftovers
 
 
-@pytest.fixture
-def clean_host():
-    """Skip (fail under CI) without Mininet; after the test, assert no bridge, namespace, veth or
-    mininet/chordpub/switch process is left that was not there before, also when the test failed."""
+@contextmanager
+def host_left_clean() -> Iterator[None]:
+    """Skip (fail under CI) without Mininet; when the block ends, assert no bridge, namespace, veth or
+    mininet/chordpub/switch process is left that was not there before, also when it failed."""
     try:
         check_runnable()
     except MininetError as exc:
@@ -24,3 +27,10 @@ def clean_host():
     # what is new; a network's clean-up may also take away what an earlier, interrupted run left
     new = {kind: sorted(set(after[kind]) - set(before[kind])) for kind in after}
     assert not any(new.values()), f"bridges, namespaces, interfaces or processes were left behind: {new}"
+
+
+@pytest.fixture
+def clean_host():
+    """`host_left_clean` around one test."""
+    with host_left_clean():
+        yield

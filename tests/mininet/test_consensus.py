@@ -35,9 +35,8 @@ from pathlib import Path
 import pytest
 
 from dht.processes import stop_processes, wait_for
-from tests.conftest import IN_CI
 from tests.helpers.linearizable import Op, linearizable
-from topologies.mininet_net import MininetError, check_runnable, leftovers
+from tests.mininet.conftest import host_left_clean
 from topologies.partition import PORT, chain, partitioned_ring
 
 pytestmark = pytest.mark.mininet
@@ -149,15 +148,8 @@ def pause(seconds: float) -> None:
 
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
-    try:
-        check_runnable()
-    except MininetError as exc:
-        if IN_CI:
-            pytest.fail(f"Mininet is needed under CI: {exc}")
-        pytest.skip(str(exc))
-    before = leftovers()
     workdir = tmp_path_factory.mktemp("consensus")
-    with partitioned_ring(0, 0, workdir, graph=chain(HOSTS)) as ring:
+    with host_left_clean(), partitioned_ring(0, 0, workdir, graph=chain(HOSTS)) as ring:
         run = Chaos(ring, workdir)
         ring.start_nodes()
         assert ring.wait_ring(run.host(1), HOSTS)["seconds"] is not None
@@ -207,9 +199,6 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
         run.ended = time.time()
         stop_processes(ring.procs, grace=3)
         yield run
-    after = leftovers()
-    new = {kind: sorted(set(after[kind]) - set(before[kind])) for kind in after}
-    assert not any(new.values()), f"bridges, namespaces, interfaces or processes were left behind: {new}"
 
 
 def intervals(run: Chaos) -> list[tuple[float, float, str, int]]:
