@@ -1,6 +1,7 @@
 """A test helper process: one client of the ring's linearizable keys, recording its history.
 
     python -m tests.helpers.kv_worker --via H:P --name C --seconds S --out FILE [--keys 10] [--seed N]
+                                      [--rate OPS_PER_S]
 
 Runs puts, compare-and-sets, gets and deletes on keys k0..k9 for S seconds, one at a time, and writes
 each as a JSON line to FILE when it ends: {"key", "kind", "value", "if_version", "output", "call",
@@ -29,13 +30,17 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=2.0)
+    ap.add_argument("--rate", type=float, default=0.0, help="Operations a second at most (0: no pause).")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     seen: dict[str, int] = {}  # the version this client last saw of each key: its compare-and-sets' guess
     end = time.monotonic() + args.seconds
     n = 0
     with ConsensusClient(args.via, timeout=args.timeout) as client, open(args.out, "w", buffering=1) as out:
+        t0 = time.monotonic()
         while time.monotonic() < end:
+            if args.rate:  # paced: the machine runs other tests beside this one
+                time.sleep(max(0.0, t0 + n / args.rate - time.monotonic()))
             key, roll, n = f"k{rng.randrange(args.keys)}", rng.random(), n + 1
             value = f"{args.name}-{n}"
             row: dict = {"key": key, "value": None, "if_version": None, "call": time.time()}

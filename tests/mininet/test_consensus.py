@@ -158,7 +158,8 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
         wait_for(run.leading, 60, interval=0.1, what="a first leader")
         for i, number in enumerate(KV_HOSTS):
             run.spawn(number, "-m", "tests.helpers.kv_worker", "--via", run.via(number), "--name", f"w{i}",
-                      "--seconds", str(SECONDS + 5), "--seed", str(i), "--out", str(workdir / f"kv-{i}.jsonl"),
+                      "--seconds", str(SECONDS + 5), "--seed", str(i), "--rate", "20",
+                      "--out", str(workdir / f"kv-{i}.jsonl"),
                       out=f"kv-{i}.log")
         follows = []
         for number in FOLLOW_HOSTS:
@@ -171,7 +172,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
         for number, strength in ((STRONG, 2), (WEAK, 1)):
             run.spawn(number, "-m", "chordpub", "pub", "--via", run.via(number), "--topic", "fenced", "--host",
                       run.host(number).IP(), "--strength", str(strength), "--reliable", "--count", "0", "--rate",
-                      "20", "--trace", str(workdir / f"pub-{number}.jsonl"), out=f"pub-{number}.log")
+                      "10", "--trace", str(workdir / f"pub-{number}.jsonl"), out=f"pub-{number}.log")
 
         def both_publish() -> bool:
             said = {p["strength"]: p.get("exclusive") or {} for p in run.topic_info("fenced").get("publishers", [])}
