@@ -222,61 +222,7 @@ class DhtClient:
         """A node's state in the CLI contract's shape: id, endpoint, predecessor, successors, ...;
         with topics=N also "topics", the names of up to N record keys (topics) the node owns."""
         body = self.call(endpoint or self.via, "info", **({"topics": topics} if topics else {}))
-        try:
-            out = {"id": wire.decode_id(body.get("node_id"), "node_id"), "endpoint": body["endpoint"],
-                   "bits": body.get("bits", 64)}
-            pred = wire.decode_optional_peer(body.get("predecessor"), "predecessor")
-            out["predecessor"] = pred.to_dict() if pred else None
-            out["successors"] = [p.to_dict() for p in wire.decode_peers(body.get("successors", []))]
-            out["fingers"] = [None if f is None else wire.decode_peer(f, "finger").to_dict()
-                              for f in body.get("fingers", [])]
-        except (KeyError, TypeError, wire.WireError) as exc:
-            raise DhtError(f"info from {endpoint or self.via}: malformed reply ({exc})") from None
-        for k in ("keys", "stored", "replicas", "r", "rounds", "links_changed_round", "joined", "records",
-                  "lookups_served"):
-            out[k] = body.get(k)
-        names = body.get("topics")
-        out["bind"] = body["bind"] if isinstance(body.get("bind"), str) else out["endpoint"]
-        # the process holding this ring position, and every position it holds (virtual nodes)
-        out["process"] = body["process"] if isinstance(body.get("process"), str) else out["endpoint"]
-        positions = body.get("positions")
-        out["positions"] = [e for e in positions if isinstance(e, str)] if isinstance(positions, list) and \
-            positions else [out["endpoint"]]
-        out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
-        left = body.get("neighbours_left")
-        out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []
-        remembered = body.get("remembered")
-        out["remembered"] = [m for m in remembered if isinstance(m, dict) and isinstance(m.get("endpoint"), str)
-                             ] if isinstance(remembered, list) else []
-        for k in ("probes", "merges", "probe_bytes"):
-            out[k] = body.get(k) if isinstance(body.get(k), int) else 0
-        load = body.get("load")  # what it carries (dht/load.py): numbers, or None where it has no relay
-        out["load"] = {k: v for k, v in load.items() if isinstance(k, str) and (v is None or (
-            isinstance(v, int | float) and not isinstance(v, bool)))} if isinstance(load, dict) else None
-        if out["load"] is not None:  # the id that splits its load in two, a string past 64 bits
-            try:
-                split = load.get("split_id")
-                out["load"]["split_id"] = None if split is None else wire.decode_id(split, "split_id")
-            except wire.WireError:
-                out["load"]["split_id"] = None
-        denials = body.get("denials")  # what its policy refused, by operation
-        out["denials"] = {k: v for k, v in denials.items() if isinstance(k, str) and isinstance(v, int)
-                          } if isinstance(denials, dict) else {}
-        out["pns"] = body.get("pns", 0)
-        rtts = body.get("finger_rtt_ms")
-        if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):
-            rtts = [None] * len(out["fingers"])
-        for f, ms in zip(out["fingers"], rtts, strict=True):
-            if f is not None:
-                f["rtt_ms"] = ms if isinstance(ms, int | float) and not isinstance(ms, bool) else None
-        services = body.get("services")
-        out["services"] = services if isinstance(services, dict) else {}
-        consensus = body.get("consensus")  # its groups: held, led, awake; messages rejected, turns failed
-        out["consensus"] = {k: v for k, v in consensus.items() if isinstance(k, str) and isinstance(v, int | str)
-                            } if isinstance(consensus, dict) else None
-        traffic = body.get("traffic")
-        out["traffic"] = traffic if isinstance(traffic, dict) else {}
-        return out
+        return info_from_reply(body, endpoint or self.via)
 
     def lookup(self, key: str, start: str | None = None) -> LookupResult:
         return self.lookup_id(key_id(key, self.bits), start)
@@ -448,3 +394,62 @@ class DhtClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def info_from_reply(body: dict, endpoint: str) -> dict:
+    """A node's `info` reply in the CLI contract's shape (`DhtClient.info`); DhtError when malformed."""
+    try:
+        out = {"id": wire.decode_id(body.get("node_id"), "node_id"), "endpoint": body["endpoint"],
+               "bits": body.get("bits", 64)}
+        pred = wire.decode_optional_peer(body.get("predecessor"), "predecessor")
+        out["predecessor"] = pred.to_dict() if pred else None
+        out["successors"] = [p.to_dict() for p in wire.decode_peers(body.get("successors", []))]
+        out["fingers"] = [None if f is None else wire.decode_peer(f, "finger").to_dict()
+                          for f in body.get("fingers", [])]
+    except (KeyError, TypeError, wire.WireError) as exc:
+        raise DhtError(f"info from {endpoint}: malformed reply ({exc})") from None
+    for k in ("keys", "stored", "replicas", "r", "rounds", "links_changed_round", "joined", "records",
+              "lookups_served"):
+        out[k] = body.get(k)
+    names = body.get("topics")
+    out["bind"] = body["bind"] if isinstance(body.get("bind"), str) else out["endpoint"]
+    # the process holding this ring position, and every position it holds (virtual nodes)
+    out["process"] = body["process"] if isinstance(body.get("process"), str) else out["endpoint"]
+    positions = body.get("positions")
+    out["positions"] = [e for e in positions if isinstance(e, str)] if isinstance(positions, list) and \
+        positions else [out["endpoint"]]
+    out["topics"] = [t for t in names if isinstance(t, str)] if isinstance(names, list) else []
+    left = body.get("neighbours_left")
+    out["neighbours_left"] = [e for e in left if isinstance(e, str)] if isinstance(left, list) else []
+    remembered = body.get("remembered")
+    out["remembered"] = [m for m in remembered if isinstance(m, dict) and isinstance(m.get("endpoint"), str)
+                         ] if isinstance(remembered, list) else []
+    for k in ("probes", "merges", "probe_bytes"):
+        out[k] = body.get(k) if isinstance(body.get(k), int) else 0
+    load = body.get("load")  # what it carries (dht/load.py): numbers, or None where it has no relay
+    out["load"] = {k: v for k, v in load.items() if isinstance(k, str) and (v is None or (
+        isinstance(v, int | float) and not isinstance(v, bool)))} if isinstance(load, dict) else None
+    if out["load"] is not None:  # the id that splits its load in two, a string past 64 bits
+        try:
+            split = load.get("split_id")
+            out["load"]["split_id"] = None if split is None else wire.decode_id(split, "split_id")
+        except wire.WireError:
+            out["load"]["split_id"] = None
+    denials = body.get("denials")  # what its policy refused, by operation
+    out["denials"] = {k: v for k, v in denials.items() if isinstance(k, str) and isinstance(v, int)
+                      } if isinstance(denials, dict) else {}
+    out["pns"] = body.get("pns", 0)
+    rtts = body.get("finger_rtt_ms")
+    if not isinstance(rtts, list) or len(rtts) != len(out["fingers"]):
+        rtts = [None] * len(out["fingers"])
+    for f, ms in zip(out["fingers"], rtts, strict=True):
+        if f is not None:
+            f["rtt_ms"] = ms if isinstance(ms, int | float) and not isinstance(ms, bool) else None
+    services = body.get("services")
+    out["services"] = services if isinstance(services, dict) else {}
+    consensus = body.get("consensus")  # its groups: held, led, awake; messages rejected, turns failed
+    out["consensus"] = {k: v for k, v in consensus.items() if isinstance(k, str) and isinstance(v, int | str)
+                        } if isinstance(consensus, dict) else None
+    traffic = body.get("traffic")
+    out["traffic"] = traffic if isinstance(traffic, dict) else {}
+    return out

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chordpub.launcher import NodeProcess
-from dht.client import DhtClient
+from dht.client import DhtClient, info_from_reply
 from dht.transport import RpcClient
 
 
@@ -84,11 +84,11 @@ def total(ring_nodes: Iterable[NodeProcess], via: str, field: str = "stored") ->
         return sum(client.info(p.endpoint)[field] for p in positions(ring_nodes))
 
 
-def rounds_of(where: list, field: str = "rounds") -> list[int]:
-    """The maintenance rounds each of these positions has run so far (or the `field` of its info
-    that counts in rounds), asked of all at once over one socket (RpcClient.send): asked one after
-    another, or each over a socket of its own on a loaded machine, the first would have run rounds
-    more by the time the last answers, and the rounds counted from the kill would include them."""
+def infos_of(where: list) -> list[dict]:
+    """Each of these positions' `info` (DhtClient.info's shape), asked of all at once over one socket
+    (RpcClient.send): asked one after another, or each over a socket of its own on a loaded machine, the
+    first would have run rounds more by the time the last answers, and the rounds counted from the kill
+    would include them."""
     replies: dict[int, object] = {}
     with RpcClient(timeout=5.0) as rpc:
         for i, p in enumerate(where):
@@ -96,4 +96,10 @@ def rounds_of(where: list, field: str = "rounds") -> list[int]:
         rpc.serve_until(lambda: len(replies) == len(where))
     failed = [where[i].endpoint for i, r in replies.items() if not r.ok]
     assert not failed, f"no info from {failed}"
-    return [replies[i].body[field] for i in range(len(where))]
+    return [info_from_reply(replies[i].body, where[i].endpoint) for i in range(len(where))]
+
+
+def rounds_of(where: list, field: str = "rounds") -> list[int]:
+    """The maintenance rounds each of these positions has run so far (or the `field` of its info that
+    counts in rounds), asked of all at once (`infos_of`)."""
+    return [info[field] for info in infos_of(where)]

@@ -1,7 +1,7 @@
 """A test helper process: several chordpub Clients in one process, each publishing its own topics.
 
     python -m tests.helpers.publishers --via H:P --clients 5 --topics 100 --first 0 --messages 5 \
-        --ready FILE --go FILE --done FILE [--heartbeat 1.0] [--reliable]
+        --ready FILE --go FILE --done FILE [--heartbeat 1.0] [--timeout 10] [--reliable]
 
 Client c advertises topics "many-<n>" (--prefix) for n in first + c*topics .. first + (c+1)*topics - 1
 (--lazy: leaves it to each topic's first publish; --announce: publishes message 0 on each and waits for
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--messages", type=int, default=1)
     ap.add_argument("--heartbeat", type=float, default=1.0)
+    ap.add_argument("--timeout", type=float, default=10.0, help="each Client's timeout (a registration's wait)")
     ap.add_argument("--reliable", action="store_true")
     ap.add_argument("--prefix", default="many-", help="topic names: PREFIX<n>")
     ap.add_argument("--lazy", action="store_true", help="no advertise: each topic's first publish registers it")
@@ -41,8 +42,8 @@ def main() -> None:
                     help="with --lazy: publish message 0 on each topic before `ready` (registering it)")
     args = ap.parse_args()
     unregistered: set[str] = set()  # topics whose registration failed: their first message a dead letter
-    clients = [Client(args.via, heartbeat=args.heartbeat, on_dead_letter=lambda d: unregistered.add(d.topic))
-               for _ in range(args.clients)]
+    clients = [Client(args.via, heartbeat=args.heartbeat, timeout=args.timeout,
+                      on_dead_letter=lambda d: unregistered.add(d.topic)) for _ in range(args.clients)]
     try:
         mine = {}
         for c, client in enumerate(clients):
