@@ -19,6 +19,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from dht.consensus_client import ConsensusClient, ConsensusError, check_name
@@ -57,8 +58,10 @@ class Election:
         self._valid_until = float("-inf")  # monotonic time this process stops leading without a renewal
         self._leading = False
         self._stop = threading.Event()
-        self._lock = threading.RLock()  # one change of leadership at a time, callbacks in order
+        self._lock = threading.RLock()  # one change of leadership at a time
         self._renewed = threading.Condition(self._lock)
+        self._told: deque[tuple[Callable[[int], None], int]] = deque()  # callbacks owed, in order (under _lock)
+        self._telling = threading.Lock()  # held by the one thread calling them
         self._thread = threading.Thread(target=self._run, name=f"election-{name}", daemon=True)
         self._clock = threading.Thread(target=self._watch, name=f"election-clock-{name}", daemon=True)
         self._thread.start()
@@ -87,11 +90,15 @@ class Election:
         self._stop.set()
         with self._lock:
             self._renewed.notify_all()
-        self._clock.join(timeout=5)
+        me = threading.current_thread()  # (a callback may resign: it runs on one of these threads)
+        if me is not self._clock:
+            self._clock.join(timeout=5)
         with self._lock:
             epoch, leading = self.epoch, self._leading
             self._lose()
-        self._thread.join(timeout=self.lease + 5)
+        self._deliver()
+        if me is not self._thread:
+            self._thread.join(timeout=self.lease + 5)
         if leading:
             try:
                 self.client.resign(self.name, self.candidate, epoch, timeout=self.lease)
@@ -117,6 +124,7 @@ class Election:
                 return
             if answer is not None:
                 self._answered(answer, sent)
+                self._deliver()
             self._stop.wait(max(0.0, every - (time.monotonic() - sent)))
 
     def _answered(self, answer: dict, sent: float) -> None:
@@ -138,12 +146,14 @@ class Election:
     def _watch(self) -> None:
         """The lease's end, on a thread of its own: a renewal that hangs (a partition can hold a request
         for seconds) never delays `on_loss` past it."""
-        with self._lock:
-            while not self._stop.is_set():
+        while not self._stop.is_set():
+            with self._lock:
                 left = self._valid_until - time.monotonic()
                 if self._leading and left <= 0:
                     self._lose()
-                self._renewed.wait(left if self._leading and left > 0 else None)
+                elif not self._stop.is_set():
+                    self._renewed.wait(left if self._leading and left > 0 else None)
+            self._deliver()
 
     def _lose(self) -> None:
         if self._leading:
@@ -151,9 +161,29 @@ class Election:
             self._tell(self.on_loss, self.epoch)
 
     def _tell(self, callback: Callable[[int], None] | None, epoch: int) -> None:
-        if callback is None:
-            return
-        try:
-            callback(epoch)
-        except Exception:  # the user's code: logged, never the end of the campaign
-            log.exception("election callback for %s failed", self.name)
+        """Owe `callback` a call (under _lock): `_deliver` makes it once the lock is released, so that a
+        callback may use the handle, `resign()` included, and the other thread never waits on it."""
+        if callback is not None:
+            self._told.append((callback, epoch))
+
+    def _deliver(self) -> None:
+        """Make the calls owed, in order, outside _lock: one thread at a time; a thread that finds the
+        other at it leaves them to it (that one goes on until none is owed)."""
+        while True:
+            if not self._telling.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with self._lock:
+                        if not self._told:
+                            break
+                        callback, epoch = self._told.popleft()
+                    try:
+                        callback(epoch)
+                    except Exception:  # the user's code: logged, never the end of the campaign
+                        log.exception("election callback for %s failed", self.name)
+            finally:
+                self._telling.release()
+            with self._lock:
+                if not self._told:  # (one owed after the loop's last look and before the release is ours)
+                    return

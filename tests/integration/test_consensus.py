@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -240,6 +241,36 @@ def test_client_elect_gives_one_leader_and_fences_with_a_growing_epoch(ring):
         assert eb.wait_leader(10)
         assert eb.epoch > ea.epoch and b.leader("billing/primary") == ("b", eb.epoch)
     assert [g[0] for g in gains] == ["a", "b"]
+
+
+def test_a_leader_resigns_from_its_own_callback_and_the_name_is_free_at_once(ring):
+    """`on_gain` may call `resign()`: it returns within a second, `on_loss` follows with the same epoch,
+    and the name is free long before its 10 s lease would have run out.
+
+    To see it fail: call the callbacks where the election's lock is held (`_tell` calling `callback(epoch)`
+    at once): the resignation waits 5 s for the lease clock's thread, which waits for that lock."""
+    from chordpub import Client
+
+    via = ring.nodes[0].endpoint
+    made = threading.Event()
+    handle: list = []
+    told: list[tuple[str, int, float]] = []
+
+    def gained(epoch: int) -> None:
+        made.wait(10)
+        t0 = time.monotonic()
+        handle[0].resign()
+        told.append(("resigned", epoch, time.monotonic() - t0))
+
+    with Client(via) as a:
+        handle.append(a.elect("callback/self", candidate="a", lease=10,
+                              on_gain=gained, on_loss=lambda e: told.append(("lost", e, 0.0))))
+        made.set()
+        wait_for(lambda: len(told) == 2, 15, what="the resignation and the loss told")
+        (what, epoch, took), (lost, lost_epoch, _) = told
+        assert what == "resigned" and took < 1.0, told
+        assert lost == "lost" and lost_epoch == epoch == handle[0].epoch and not handle[0].is_leader
+        wait_for(lambda: a.leader("callback/self")[0] is None, 3, what="the name free (its lease is 10 s)")
 
 
 def test_garbage_at_the_consensus_socket_changes_nothing_and_stops_nothing(ring):

@@ -87,7 +87,14 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
             def delivered() -> set[int]:
                 return {r["seq"] for o in outs for r in jsonl(o)}
 
-            wait_for(lambda: len(delivered()) >= total, 120, interval=0.5, what=f"all {total} delivered")
+            try:
+                wait_for(lambda: len(delivered()) >= total, 120, interval=0.5, what=f"all {total} delivered")
+            except TimeoutError as exc:  # what a stuck run needs to be understood
+                got = delivered()
+                missing = sorted(set(range(1, total + 1)) - got)
+                said = [(tmp_path / f"run{i}.err").read_text(errors="replace")[-600:] for i in range(len(runs))]
+                raise AssertionError(f"{exc}: {len(got)} delivered, missing {len(missing)} from {missing[:5]} to "
+                                     f"{missing[-5:]}; the runs' stderr ends {said}") from None
         finally:
             for p in runs:
                 if p.poll() is None:

@@ -71,7 +71,8 @@ def test_autoscale_spawns_on_other_hosts_balances_and_shrinks_back(clean_host, t
             out = tmp_path / "follow.json"
             follow = ring.popen(ring_hosts[1], "-m", "tests.helpers.follow", "--via", ring.endpoint(ring_hosts[1]),
                                 "--topic", topics[0], "--count", str(STREAM), "--seconds", "120", "--out", str(out),
-                                "--host", ring_hosts[1].IP(), log="follow.log")
+                                "--host", ring_hosts[1].IP(), "--heartbeat", "1.0",  # the Client's default, like
+                                log="follow.log")  # the topics': a lease of 1.5 s lapsed in a loaded suite
             ring.popen(ring_hosts[2], "-m", "chordpub", "pub", "--via", ring.endpoint(ring_hosts[2]), "--topic",
                        topics[0], "--host", ring_hosts[2].IP(), "--reliable", "--count", str(STREAM), "--rate", "20",
                        "--linger", "60", log="pub.log")
