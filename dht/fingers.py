@@ -18,6 +18,9 @@ from dht.transport import Reply
 
 QUIET_ROUNDS_BEFORE_INCREMENTAL = 3
 MAX_FINGER_GAP = 8  # a quiet ring's rounds between finger refreshes, at most (doubling while nothing changes)
+FINGER_CYCLE = 16  # periods within which a quiet position refreshes every finger, at most: the gap is cut
+# to fit its cycle's runs (a finger made stale by a join far away waited a whole cycle: 6 runs 8 periods
+# apart took 48 periods after 16 joins spread out by a loaded machine)
 SAMPLES_REUSED = 4  # refreshes of a finger that take its PNS samples from the last list fetched, if its first
 # node is the same (the samples' round trips keep coming from every other call)
 
@@ -34,6 +37,8 @@ class FingerMaintenance:
         self.round_periods = 1  # periods between this position's rounds now (dht/pacing.py)
         self._finger_wait = 0  # rounds left before the next one
         self._cycle_changed = False  # a finger changed in the current round-robin cycle
+        self._cycle_runs = 0  # refreshes (one run of fingers each) in the current cycle
+        self._gap_limit = MAX_FINGER_GAP  # the longest gap this position's cycle allows (FINGER_CYCLE)
         self._samples: dict[int, tuple[Peer, list[Peer], int]] = {}  # level -> (first, samples, uses left)
         self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
 
@@ -46,7 +51,8 @@ class FingerMaintenance:
         per round, round-robin like the paper's `next`, which keeps a steady ring's background
         traffic at about one lookup per node per period. One lookup settles every finger that
         the same node must own. A whole cycle of refreshes that changed nothing doubles the rounds
-        between refreshes, up to MAX_FINGER_GAP; any change brings them back to every round. (A
+        between refreshes, up to MAX_FINGER_GAP and so that a cycle takes FINGER_CYCLE periods at most;
+        any change brings them back to every round. (A
         finger gone stale refers a lookup to a node that precedes the key all the same: it costs
         hops, never a wrong answer; a dead one is forgotten as soon as a call finds it.)
         """
@@ -99,18 +105,21 @@ class FingerMaintenance:
         self._next_finger = i if i < self.config.bits else 0
         self._quiet_rounds = 0 if changed else self._quiet_rounds + 1
         self._cycle_changed = self._cycle_changed or changed
+        self._cycle_runs += not full
         if not full and self._next_finger == 0:  # a cycle ends
             quiet = not self._cycle_changed
-            self._finger_gap = min(2 * self._finger_gap, MAX_FINGER_GAP) if quiet else 1
+            self._gap_limit = min(MAX_FINGER_GAP, max(1, FINGER_CYCLE // self._cycle_runs))
+            self._finger_gap = min(2 * self._finger_gap, self._gap_limit) if quiet else 1
             self._cycle_changed = False
+            self._cycle_runs = 0
         self._finger_wait = self._finger_gap - 1
 
     @property
     def fingers_settled(self) -> bool:
         """Whole cycles of refreshes have changed nothing, so often that they are as far apart as they
-        go (MAX_FINGER_GAP): until then the ring around the fingers is still moving, and a position's
-        rounds stay a period apart (dht/pacing.py)."""
-        return self._quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREMENTAL and self._finger_gap >= MAX_FINGER_GAP
+        go (MAX_FINGER_GAP, or less to fit FINGER_CYCLE): until then the ring around the fingers is still
+        moving, and a position's rounds stay a period apart (dht/pacing.py)."""
+        return self._quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREMENTAL and self._finger_gap >= self._gap_limit
 
     def pick_by_proximity(self, level: int, first: Peer, current: Peer | None, probe: bool = True) -> None:
         """Finger `level` := the nearest of up to K nodes of its interval, `first` (the interval's first

@@ -26,7 +26,7 @@ def grow(ring, n: int) -> None:
 def test_sixteen_successive_joins_become_consistent_and_fingers_exact(ring_factory, record_property):
     """Consistent within 10 stabilization periods of the last join, fingers and successor lists exact
     within 20: periods counted as the nodes' own maintenance rounds (their `info`), from the last join
-    to the round that set the last node's links right, and to the check that found every finger
+    to the round that set the last node's links right, and to the snapshot that found every finger
     exact. On a machine too loaded to keep a round's pace, wall time would measure the machine (a
     loaded suite took 2 s of wall time for what the nodes did in a few rounds); the wall-time waits
     below only bound a test that never converges."""
