@@ -168,6 +168,9 @@ class Confirmations:
             self.later(backoff, lambda: self._probe(ts, st, min(backoff * 2, 0.5)))
 
         if self.alive(ts, st) and not st.confirmed and ts.topic in self.waiters:
+            if not st.entry.endpoint:  # gone meanwhile, now served by its archive: nothing live to confirm
+                self.seen(ts, st)
+                return
             self._ask(st.entry.repair, ts.topic, on_reply)
 
     def _ask(self, endpoint: str, topic: str, on_reply: Callable[[Reply], None]) -> None:
@@ -195,8 +198,8 @@ class Confirmations:
             batch = [waiting.popleft() for _ in range(min(PROBE_BATCH, len(waiting)))]
             self.rpc.send(endpoint, "probes", on_reply=lambda reply, b=batch: self._answered(endpoint, b, reply),
                           timeout=1.0, topics=[topic for topic, _ in batch])
-        if waiting is not None and not waiting:
-            del self.queued[endpoint]
+        if waiting is not None and not waiting and self.queued.get(endpoint) is waiting:
+            del self.queued[endpoint]  # (a request refused at once answered within the loop, which sent the rest)
 
     def _answered(self, endpoint: str, batch: list[tuple[str, Callable[[Reply], None]]], reply: Reply,
                   single: Callable[[Reply], None] | None = None) -> None:

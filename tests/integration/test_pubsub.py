@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -25,6 +26,7 @@ from dht.ids import key_id, owner_of
 from pubsub.directory import topic_info
 from tests.conftest import PERIOD, jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink
+from tests.helpers.positions import rounds_of
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,15 @@ def test_a_publisher_started_later_is_delivered_from_its_first_message(ring):
 
 
 def test_a_killed_publisher_leaves_within_its_lease_and_is_dropped(ring, procs, tmp_path):
+    """A publisher killed without a word is gone from its topic's record once its lease has run out, at
+    the owner's next rounds, and its subscribers drop it.
+
+    The bound is counted in the owner's own rounds from the moment the lease ran out: the owner judges
+    leases once a round, and on a loaded machine its rounds come late (CI run 37 saw it gone 2.56 s
+    after the kill, against 2.5 s in wall time).
+
+    To see it fail, make the owner never expire fields (`Maintainer.expire_records` returning at once):
+    the publisher stays in topic info."""
     heartbeat = 0.5
     lease = 3 * heartbeat
     via = ring.nodes[1].endpoint
@@ -133,17 +144,21 @@ def test_a_killed_publisher_leaves_within_its_lease_and_is_dropped(ring, procs, 
         pub = procs("pub", *pub_args(ring.nodes[4].endpoint, "mortal", tmp_path / "p.jsonl", "--count", "0",
                                      "--rate", "50", "--heartbeat", str(heartbeat)))
         assert sub.get(timeout=20) is not None
+        owner = SimpleNamespace(endpoint=info(via, "mortal")["owner"]["endpoint"])
         pub.send_signal(signal.SIGKILL)
         pub.wait(timeout=5)
-        killed = time.monotonic()
-        asked = [killed]
+        lapsed = time.monotonic() + lease  # its last renewal came before the kill: its lease ends by then
+        rounds_at_lapse: list[int] = []
 
         def gone() -> bool:
-            asked[0] = time.monotonic()  # the look itself (a lookup, then the owner's answer) is not the lease's
-            return not info(via, "mortal")["publishers"]  # time: CI run 37 took 2.56 s to see it gone
+            if not rounds_at_lapse and time.monotonic() >= lapsed:
+                rounds_at_lapse.append(rounds_of([owner])[0])
+            return not info(via, "mortal")["publishers"]
 
         wait_for(gone, timeout=lease + 20 * PERIOD, what="the publisher gone from topic info")
-        assert asked[0] - killed <= lease + 5 * PERIOD
+        if rounds_at_lapse:  # (gone before: within its lease)
+            late = rounds_of([owner])[0] - rounds_at_lapse[0]
+            assert late <= 5, f"still in the record {late} of the owner's rounds after its lease ran out"
         state = client.io.topics["mortal"]
         wait_for(lambda: not state.streams, timeout=2 * heartbeat + 1, what="the subscriber dropping it")
 

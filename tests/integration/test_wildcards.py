@@ -594,6 +594,16 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             t0 = time.monotonic()
             sub = client.subscribe("mem/*", reliable=True, timeout=120)  # every topic read and followed
             print(f"a pattern subscribed to {n} existing topics in {time.monotonic() - t0:.1f}s")
+            # the follower names only its latest RETURNED_NAMES topics followed again; a loaded owner can let
+            # more lapse than that (CI: 613 dead letters unexplained by the names kept), so every one is noted
+            returned = set(sub.pattern.returned_names)
+            follow_again = sub.pattern.followed_again
+
+            def noted(topic: str) -> None:
+                returned.add(topic)
+                follow_again(topic)
+
+            sub.pattern.followed_again = noted
             files["go"].write_text("1")
             got: set[str] = set()
 
@@ -610,10 +620,10 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
                                      f"the publishers' log ends {said!r}") from exc
             # a topic whose announcements lapsed at a loaded owner is left and followed again: a message
             # sent meanwhile is lost (plain publishers retain nothing), and must be a dead letter then
-            returned = set(sub.pattern.returned_names)
             unexplained = [d for d in letters if d.topic not in returned]
             assert not unexplained, (f"{len(unexplained)} dead letters on topics followed throughout "
-                                     f"(the first messages were sent before we came): {unexplained[:3]}")
+                                     f"(the first messages were sent before we came; {sub.pattern.returned} "
+                                     f"topics were left and followed again): {unexplained[:3]}")
             print(f"{sub.pattern.returned} topics left and followed again; {len(letters)} dead letters on them")
             held = rss_kib()
             assert len(sub.pattern.topics) == n and len(client.io.topics) == n

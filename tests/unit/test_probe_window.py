@@ -97,3 +97,46 @@ def test_a_stream_joining_a_running_publisher_starts_where_its_probe_reply_says_
     assert [(m.seq, m.first_owed) for m in states["new"].deliveries] == [(42, 42)]
     conf.check(10**9)  # the deadline passes: the probe that never came is given up on
     assert asked == ["old", "silent"]
+
+
+class RefusedAtOnce(Unanswered):
+    """An RpcClient that answers a request it cannot send within `send`, as RpcClient does for an endpoint
+    it cannot parse (a publisher's record naming none: gone, its archive's holder dead with the owner)."""
+
+    def send(self, endpoint: str, op: str, on_reply, timeout: float, **fields) -> None:  # noqa: ANN001
+        super().send(endpoint, op, on_reply, timeout, **fields)
+        on_reply(Reply(False, err=f"malformed endpoint {endpoint!r}"))
+
+
+def test_probes_refused_within_the_send_finish_their_subscriptions_and_the_loop_goes_on(monkeypatch):
+    """A request answered before `send` returns runs the next sends from within the loop that made it:
+    the first loop must not then tidy away what that inner one already removed (a KeyError there stopped
+    a Client's io loop, and its subscriptions with it).
+
+    To see it fail, let `Confirmations._send` delete its queue unconditionally once it is empty."""
+    monkeypatch.setattr(confirm, "PROBE_BATCH", 1)
+    rpc, turn = RefusedAtOnce(), []
+    conf = Confirmations(rpc, later=lambda _delay, fn: turn.append(fn), alive=lambda _ts, _st: True)  # type: ignore[arg-type]
+    futures = [waiting_topics(conf, TopicState(f"t/{i}", "me")) for i in range(3)]
+    turn.pop()()
+    assert len(rpc.sent) == 3 and all(f.done() for f in futures), "each told at once that it could not confirm"
+    assert not conf.queued and not conf.in_flight
+
+
+def test_a_publisher_gone_to_its_archive_before_its_probe_is_asked_again_is_not_asked():
+    """A publisher whose record entry turns into its archive's (no endpoints: gone, its messages kept by the
+    topic's owner) while its probe is awaited has nothing live to confirm: the subscription stops waiting
+    for it, and no request goes to an empty endpoint.
+
+    To see it fail, drop the endpoint check in `Confirmations._probe`: the probe is asked again of ''."""
+    rpc, turn = Unanswered(), []
+    conf = Confirmations(rpc, later=lambda _delay, fn: turn.append(fn), alive=lambda _ts, _st: True)  # type: ignore[arg-type]
+    ts = TopicState("kept", "me")
+    done = waiting_topics(conf, ts)
+    turn.pop()()
+    assert [e for e, *_ in rpc.sent] == [A.repair]
+    ts.reconcile([PublisherEntry(A.id, "", "", None, 10, "direct", archive=True)])
+    rpc.sent[0][3](Reply(True, {"token": 1, "lasts": {"kept": 5}, "refused": {}}))  # its probe not come yet
+    while turn:  # the probe asked again after its backoff
+        turn.pop()()
+    assert done.done() and [e for e, *_ in rpc.sent] == [A.repair]
