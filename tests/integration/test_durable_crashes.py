@@ -17,7 +17,7 @@ from chordpub import Client
 from chordpub.launcher import wait_for
 from pubsub.delivery import COMMIT_EVERY
 from pubsub.durable import FILE
-from tests.conftest import jsonl, start_module_ring
+from tests.conftest import JsonlTail, jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink, TcpForward
 from tests.helpers.ports import free_consecutive
 
@@ -31,7 +31,8 @@ def ring(tmp_path_factory):
 
 def sub_args(via: str, topic: str, data: Path) -> list[str]:
     return ["sub", "--via", via, "--topic", topic, "--durable", "crashy", "--data-dir", str(data), "--print",
-            "--format", "json", "--heartbeat", str(HB)]
+            "--format", "json", "--heartbeat", str(HB),
+            "--log-level", "INFO"]  # (a publisher leaving the topic's record, or coming back, is said)
 
 
 def committed(data: Path) -> int:
@@ -84,8 +85,12 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
                 if i % 1000 == 0:
                     time.sleep(max(t0 + i / rate - time.monotonic(), 0))  # pacing the publisher, not syncing
 
+            tails, seen_seqs = [JsonlTail(o) for o in outs], set()
+
             def delivered() -> set[int]:
-                return {r["seq"] for o in outs for r in jsonl(o)}
+                for tail in tails:
+                    seen_seqs.update(r["seq"] for r in tail.new())
+                return seen_seqs
 
             try:
                 wait_for(lambda: len(delivered()) >= total, 120, interval=0.5, what=f"all {total} delivered")
