@@ -179,7 +179,11 @@ class TopicState:
             del self.unmatched[pid]
         new: list[Stream] = []
         for pid, entry in current.items():
-            back = self.streams.get(pid) or self.departed.pop(pid, None)
+            back = self.streams.get(pid)
+            if back is None:
+                back = self.departed.pop(pid, None)
+                if back is not None or pid in self.resume:  # (within its grace, or forgotten meanwhile)
+                    log.info("%s: publisher %s is back in the topic's record", self.topic, pid)
             if back is not None:  # a departed one named again comes back as it was
                 if back.entry.endpoint != entry.endpoint:  # restarted (a stable id, a data directory)
                     self.moved.append((back, back.entry.endpoint))  # or gone, and now served by its archive
