@@ -39,6 +39,7 @@ class FingerMaintenance:
         self._cycle_changed = False  # a finger changed in the current round-robin cycle
         self._cycle_runs = 0  # refreshes (one run of fingers each) in the current cycle
         self._gap_limit = MAX_FINGER_GAP  # the longest gap this position's cycle allows (FINGER_CYCLE)
+        self._cycle_periods = 0  # periods since the current cycle began
         self._samples: dict[int, tuple[Peer, list[Peer], int]] = {}  # level -> (first, samples, uses left)
         self._firsts: dict[int, Peer] = {}  # finger index -> the first node of its interval, last seen
 
@@ -63,6 +64,7 @@ class FingerMaintenance:
             self._last_links = links
             self._quiet_rounds = 0
         full = self._quiet_rounds < QUIET_ROUNDS_BEFORE_INCREMENTAL
+        self._cycle_periods += self.round_periods
         if full:
             self._finger_gap, self._finger_wait = 1, 0
         elif self._finger_wait > 0:
@@ -112,7 +114,20 @@ class FingerMaintenance:
             self._finger_gap = min(2 * self._finger_gap, self._gap_limit) if quiet else 1
             self._cycle_changed = False
             self._cycle_runs = 0
-        self._finger_wait = self._finger_gap - 1
+        if full or self._next_finger == 0:
+            self._cycle_periods = 0
+        self._finger_wait = self._gap_left_in_cycle() - 1
+
+    def _gap_left_in_cycle(self) -> int:
+        """The gap before the next refresh: the doubled one, cut so that the runs this cycle has left fit
+        in what is left of its FINGER_CYCLE periods (the last cycle's runs set the gap; a ring grown since
+        has more of them, and a finger made stale by a join far away waited 22 periods)."""
+        if self._finger_gap == 1:
+            return 1
+        with self.node.lock:
+            succ, ahead = self.routing.successor, self.routing.fingers[self._next_finger:]
+        runs_left = len({f for f in ahead if f is not None and f != succ}) or 1
+        return max(1, min(self._finger_gap, (FINGER_CYCLE - self._cycle_periods) // runs_left))
 
     @property
     def fingers_settled(self) -> bool:
