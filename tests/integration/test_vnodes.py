@@ -115,7 +115,17 @@ def test_eight_processes_of_sixteen_positions_hold_the_keys_their_ids_say_and_lo
     via = ring.nodes[0].endpoint
     keys = [f"vkey-{i}" for i in range(KEYS)]
     put_all(ring.nodes, keys)
-    wait_for(lambda: total(ring.nodes, via, "stored") == 3 * KEYS, 60, what="three copies of every key")
+    totals: list[int] = []  # copies in the ring at each look: short of them, or extra ones not yet expired
+
+    def three_copies() -> bool:
+        totals.append(total(ring.nodes, via, "stored"))
+        return totals[-1] == 3 * KEYS
+
+    try:
+        wait_for(three_copies, 60, what="three copies of every key")
+    except TimeoutError:
+        raise AssertionError(f"not {3 * KEYS} copies within 60 s; the last looks found {totals[-5:]} "
+                             f"({len(totals)} looks)") from None
     # each on a process of its own: copies on one process's positions die with it together
     spread = {k: {p.node.endpoint for p in held} for k, held in holders(ring.nodes, keys[:1000]).items()}
     crowded = {k: len(procs) for k, procs in spread.items() if len(procs) != 3}

@@ -1,6 +1,8 @@
 """One accounting for expected / delivered / recovered / lost: `sub --json`, the demo's table and
 `chordpub analyze` give the same figures for one run with a known slow-joiner loss and a known
-repaired gap (docs/contracts.md, Accounting)."""
+repaired gap (docs/contracts.md, Accounting). The analysis is `chordpub analyze`'s own job
+(`traces.spark.analyze`, whose result `analyze --json` prints as it is) on the suite's Spark session:
+a JVM of its own cost this test 15 CPU-s; tests/spark/test_analyze.py runs the command itself."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from chordpub.demo_pubsub import topic_figures
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
 from pubsub.directory import topic_info
-from tests.conftest import jsonl, run_cli, start_module_ring
+from tests.conftest import jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink
 from traces.accounting import pair_figures
+from traces.spark import analyze
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +43,7 @@ def test_pair_figures_owe_from_the_first_owed_seq():
     assert pair_figures(older) == {"expected": 4, "delivered": 3, "lost": 1, "recovered": 0, "duplicates": 0}
 
 
-def test_sub_demo_and_analyze_agree_on_a_known_loss(ring, procs, tmp_path):
+def test_sub_demo_and_analyze_agree_on_a_known_loss(ring, procs, tmp_path, spark):
     run = tmp_path / "run"
     (run / "deliveries").mkdir(parents=True)
     (run / "sent").mkdir()
@@ -92,7 +95,5 @@ def test_sub_demo_and_analyze_agree_on_a_known_loss(ring, procs, tmp_path):
     demo = topic_figures([run / "sent" / "pub.jsonl"],
                          [run / "deliveries" / f"{n}.jsonl" for n in ("best-effort", "reliable", "late")])
     assert {k: demo[k] for k in keys} == from_subs, (demo, summaries)
-    analyzed = run_cli("analyze", str(run), "--json", timeout=300)
-    assert analyzed.returncode == 0, analyzed.stderr
-    (row,) = json.loads(analyzed.stdout)["deliveries"]
+    (row,) = json.loads(json.dumps(analyze(spark, [run])))["deliveries"]  # as `analyze --json` prints it
     assert {k: row[k] for k in keys} == from_subs, (row, summaries)
