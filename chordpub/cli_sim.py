@@ -111,6 +111,10 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     Stretch is the lookup's latency over the direct latency from origin to owner; lookups on all
     cores (compiled: the first run on a machine compiles for a few seconds, `jit_s`).
     """
+    if nodes < 1:  # said before a missing --lookups: the value the user did give is the one that is wrong
+        raise ValueError(f"a ring needs at least one node, got --nodes {nodes}")
+    if lookups is None:  # both said before the simulator's imports (numba, networkx: a second)
+        raise ValueError("--lookups is required: how many lookups to route")
     import numpy as np
 
     from sim.latency import LatencyError, from_spec
@@ -119,10 +123,6 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
     from sim.proximity import pns_fingers, stretch, stretch_summary
     from sim.ring import finger_table, random_ring
 
-    if nodes < 1:  # said before a missing --lookups: the value the user did give is the one that is wrong
-        raise ValueError(f"a ring needs at least one node, got --nodes {nodes}")
-    if lookups is None:
-        raise ValueError("--lookups is required: how many lookups to route")
     try:
         model = from_spec(topology, nodes, seed)
     except LatencyError as exc:
