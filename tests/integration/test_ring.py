@@ -11,7 +11,7 @@ import time
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
 from dht.ids import key_id, owner_of
-from dht.ringcheck import evaluate
+from dht.ringcheck import allowed_fingers, evaluate
 from tests.conftest import PERIOD
 from tests.helpers.positions import copies, infos_of, positions, rounds_of, survivable_kills, total
 
@@ -41,21 +41,39 @@ def test_sixteen_successive_joins_become_consistent_and_fingers_exact(ring_facto
     record_property("consistent_after_periods", consistent_after)
     assert consistent_after <= 10, f"consistent {consistent_after} rounds after the last join ({took:.2f} s)"
     t0 = time.monotonic()
-    exact_at = wait_for(lambda: rounds_when_exact(everyone), 120, what="every finger and successor list exact")
+    wrong: list[dict] = []  # what the last snapshots that were not exact found wrong
+    exact_at = wait_for(lambda: rounds_when_exact(everyone, wrong), 120, what="every finger and successor list exact")
     exact_after = max(b - a for a, b in zip(at_join, exact_at, strict=True))
     record_property("fingers_exact_after_periods", exact_after)
+    last_wrong = {k: (round_ - at_join[i], bad) for k, (i, round_, bad) in wrong[-1].items()} if wrong else {}
     assert exact_after <= 20, (f"fingers exact {exact_after} rounds after the last join "
-                               f"({took + time.monotonic() - t0:.2f} s)")
+                               f"({took + time.monotonic() - t0:.2f} s); the last snapshot before found wrong, by "
+                               f"position: (rounds since the join, [(finger or successors, has, allowed)]) "
+                               f"{last_wrong}")
 
 
-def rounds_when_exact(everyone: list) -> list[int] | None:
+def rounds_when_exact(everyone: list, wrong: list[dict]) -> list[int] | None:
     """The positions' rounds in one snapshot of their infos (all asked at once) in which every finger
-    and successor list is exact; None while one is not. A walk of the ring asks one node after another,
-    and on a loaded machine the nodes ran a round or two at each step: counted from the walk's end, the
-    rounds measured the walk."""
+    and successor list is exact; None while one is not, noting in `wrong` (the last 3) which fingers
+    of which position were not. A walk of the ring asks one node after another, and on a loaded machine
+    the nodes ran a round or two at each step: counted from the walk's end, the rounds measured the walk."""
     infos = infos_of(everyone)
     report = evaluate(sorted(infos, key=lambda i: i["id"]), [], infos[0]["bits"], expected=len(everyone))
     exact = report["consistent"] and report["fingers_correct"] == 1.0 and report["successors_correct"] == 1.0
+    if not exact:
+        ids = sorted(i["id"] for i in infos)
+        seen = {}
+        for n, info in enumerate(infos):
+            bad = [(f, None if p is None else p["id"], allowed) for f, p in enumerate(info["fingers"])
+                   if (p is None or p["id"] not in (allowed := allowed_fingers(ids, info["id"], f, info["bits"],
+                                                                              info.get("pns") or 0)))]
+            at = ids.index(info["id"])
+            want = [ids[(at + k) % len(ids)] for k in range(1, min(info["r"], len(ids) - 1) + 1)]
+            if [p["id"] for p in info["successors"]] != want:
+                bad.append(("successors", [p["id"] for p in info["successors"]], want))
+            if bad:
+                seen[info["id"]] = (n, info["rounds"], bad)
+        wrong[:] = [*wrong[-2:], seen]
     return [i["rounds"] for i in infos] if exact else None
 
 
