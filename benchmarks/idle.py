@@ -1,6 +1,6 @@
 """What an idle ring costs: CPU per node per second, and the maintenance messages behind it.
 
-    python benchmarks/idle.py [--nodes 16] [--seconds 60] [--stabilize 0.5,0.2] [--quiet-stretch 1]
+    python benchmarks/idle.py [--nodes 16] [--seconds 60] [--settle 60] [--stabilize 0.5,0.2] [--quiet-stretch S]
                               [--baseline REV [--baseline-python PY]] [--json]
 
 For each stabilize period, a ring of --nodes node processes on loopback (`chordpub node start`, default
@@ -89,13 +89,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=16, help="Node processes in each ring.")
     ap.add_argument("--seconds", type=float, default=60.0, help="The measuring window.")
-    ap.add_argument("--settle", type=float, default=10.0, help="Seconds left alone after the ring is exact.")
+    ap.add_argument("--settle", type=float, default=60.0, help="Seconds left alone after the ring is exact (a quiet "
+                    "position's rounds reach their full stretch in about 60 periods: 8 quiet rounds a doubling).")
     ap.add_argument("--stabilize", default="0.5,0.2", help="The periods to measure, comma-separated.")
     ap.add_argument("--baseline", help="A git revision whose ring runs beside this one's (e.g. 387f6ec).")
     ap.add_argument("--baseline-python", help="The interpreter the baseline's nodes run with (a venv that has "
                     "its dependencies; default: this one).")
-    ap.add_argument("--quiet-stretch", type=int, default=1, help="This revision's nodes' --quiet-stretch (the "
-                    "baseline's nodes run their own defaults).")
+    ap.add_argument("--quiet-stretch", type=int, help="This revision's nodes' --quiet-stretch (default: theirs; "
+                    "the baseline's nodes run their own defaults).")
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args()
     rows = []
@@ -105,7 +106,7 @@ def main() -> None:
             rings: dict[str, LocalRing] = {}
             try:
                 rings["this"] = start(Path(tmp) / f"this-{period}", args.nodes, period,
-                                      **({"quiet_stretch": args.quiet_stretch} if args.quiet_stretch > 1 else {}))
+                                      **({"quiet_stretch": args.quiet_stretch} if args.quiet_stretch else {}))
                 if base_tree is not None:
                     rings["baseline"] = start(Path(tmp) / f"base-{period}", args.nodes, period, base_tree,
                                               args.baseline_python)

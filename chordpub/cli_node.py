@@ -40,6 +40,7 @@ from chordpub.cli_common import (
     setup_logging,
 )
 from dht.ids import check_bits
+from dht.pacing import QUIET_STRETCH
 
 GO_WAIT = 600.0  # seconds `node lookups --go-file` waits for its turn
 
@@ -63,11 +64,12 @@ def node_start(
     probe_every: float = typer.Option(None, "--probe-every", min=0, max=3600, help="Seconds between probes of "
                                       "one remembered node outside the routing table, which find and merge a "
                                       "split ring (default: 2 stabilize periods; 0: never)."),
-    quiet_stretch: int = typer.Option(1, "--quiet-stretch", min=1, max=8, help="A position whose rounds change "
-                                      "nothing doubles the gap between them up to this many stabilize periods, "
-                                      "and is back to every period at the first closed connection or new "
-                                      "neighbour (1: every period; 4 cuts an idle node's CPU by more than half, "
-                                      "and a silent peer is found up to that many periods later)."),
+    quiet_stretch: int = typer.Option(QUIET_STRETCH, "--quiet-stretch", min=1, max=8, help="A position whose "
+                                      "rounds change nothing doubles the gap between them up to this many "
+                                      "stabilize periods, and is back to every period at the first closed "
+                                      "connection, unanswered call or new neighbour (1: every period, which "
+                                      "costs an idle node about three times the CPU; a silent peer is found up "
+                                      "to that many periods later)."),
     id: int = typer.Option(None, "--id", help="Node id (of its first position, with --vnodes); default key_id of "
                            "the advertised 'host:port'."),
     vnodes: int = typer.Option(1, "--vnodes", help="Ring positions (virtual nodes) this process holds, 1..256: "

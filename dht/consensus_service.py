@@ -16,7 +16,8 @@ vote twice in one term.
 Quiet groups cost nothing: a leader whose group has nothing in flight, no election lease to time, and
 the members the ring wants, tells its followers so and stops ticking it (CockroachDB's quiescence);
 they stop too. Any message or command for the group, or a change of the ring (the host calls
-`ring_changed`), wakes it, and a follower that no longer hears its leader then elects another.
+`ring_changed`), wakes it, and a follower that no longer hears its leader then elects another. A member
+removed while it did not hear backs off its campaigns (dht/campaign_backoff.py).
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ import zmq
 
 from dht import raft_wire, wire
 from dht.arcs import ARCS, next_change
+from dht.campaign_backoff import CampaignBackoff
 from dht.consensus_group import TICK_MS, Group
 from dht.consensus_wire import SCHEMAS, arc_field, batches, endpoint_of
 from dht.group_placement import run_placement
 from dht.kv_machine import CommandError
 from dht.pacing import WakingQueue
-from dht.raft import FOLLOWER, LEADER, AppendReply
+from dht.raft import CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, AppendReply, Vote
 from dht.rpc_server import RejectLog
 from dht.transport import RpcClient, SocketSetup, base_options, bind_port
 
@@ -76,6 +78,7 @@ class ConsensusService:
         self.awake: set[int] = set()
         self.quiet: dict[int, int] = {}  # arc -> ticks its led group has been settled
         self.wanted: dict[int, list[str]] = {}  # arc -> the members the ring wants (led groups, once placed)
+        self.backoff = CampaignBackoff(lambda lo, hi: self.random.uniform(lo, hi))
         self.jobs = WakingQueue()  # from other threads: ("ring", None), ("wanted", (arc, members))
         self._placing: queue.Queue = queue.Queue()  # arcs for the placement thread
         self._asked: dict[int, int] = {}  # arcs it has not answered yet -> the ring's moves when asked
@@ -163,7 +166,8 @@ class ConsensusService:
         next_sweep = time.monotonic() + PLACE_EVERY
         while not self.stopped.is_set():
             try:
-                wait = min(next_tick if self.awake else next_sweep, next_sweep) - time.monotonic()
+                resume = self.backoff.next_resume() or next_sweep
+                wait = min(next_tick if self.awake else next_sweep, next_sweep, resume) - time.monotonic()
                 events = dict(poller.poll(max(0, int(wait * 1000)) + 1))
                 if self.peers.socket in events:
                     self.peers.on_readable()  # (peers never answer "raft"; an error reply is dropped)
@@ -175,6 +179,7 @@ class ConsensusService:
                 if self.socket in events:
                     self._receive()
                 now = time.monotonic()
+                self.awake.update(self.backoff.due(now))
                 if now >= next_tick:
                     next_tick = now + tick  # never two ticks closer than a tick: a late one is not made up,
                     # so the groups' lease clocks only ever run slow (dht/consensus_group.py relies on it)
@@ -281,6 +286,9 @@ class ConsensusService:
                 continue  # for an earlier incarnation of this process
             if isinstance(msg, AppendReply) and msg.success and arc in self.groups:
                 self.groups[arc].step(msg)  # an answer to a heartbeat does not wake a quiet leader
+            elif isinstance(msg, Vote) and arc in self.groups and arc not in self.awake and (
+                    self.backoff.waiting(arc) or msg.src not in self.groups[arc].raft.members):
+                self.groups[arc].step(msg)  # answered; a removed member's campaign wakes no one
             else:
                 self._group(arc).step(msg)
             self._dirty.add(arc)
@@ -324,6 +332,14 @@ class ConsensusService:
                 continue
             g.tick()
             self._dirty.add(arc)
+            if r.leader is not None or r.role in (CANDIDATE, LEADER):
+                self.backoff.heard_leader(arc)
+            elif r.role == PRE_CANDIDATE and r.elapsed == 0:  # a campaign began this tick
+                step = self.backoff.campaigned(arc, self.wanted.get(arc), self.id, time.monotonic())
+                if step == "ask":
+                    self._place_later(arc)
+                elif step == "wait":
+                    self.awake.discard(arc)
             if r.role != LEADER:
                 continue
             if arc not in self.wanted:

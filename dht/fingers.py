@@ -21,6 +21,9 @@ MAX_FINGER_GAP = 8  # a quiet ring's rounds between finger refreshes, at most (d
 FINGER_CYCLE = 16  # periods within which a quiet position refreshes every finger, at most: the gap is cut
 # to fit its cycle's runs (a finger made stale by a join far away waited a whole cycle: 6 runs 8 periods
 # apart took 48 periods after 16 joins spread out by a loaded machine)
+ANNOUNCE_ROUND = 3  # the round in which a position that joined tells the nodes whose finger intervals it
+# may now begin (a period or two after its join: its neighbours point at it by then, so lookups find it)
+ANNOUNCE_CHAIN = 4  # predecessors told in turn after the first whose finger went stale, at most
 SAMPLES_REUSED = 4  # refreshes of a finger that take its PNS samples from the last list fetched, if its first
 # node is the same (the samples' round trips keep coming from every other call)
 
@@ -117,6 +120,54 @@ class FingerMaintenance:
         if full or self._next_finger == 0:
             self._cycle_periods = 0
         self._finger_wait = self._gap_left_in_cycle() - 1
+
+    def refresh_fingers(self) -> None:
+        """Every finger now, as while the ring changes (a node joined that begins one of their intervals)."""
+        self._quiet_rounds = 0
+        self._finger_wait = 0
+        self.fix_fingers()
+
+    def announce_join(self) -> None:
+        """update_others() (SIGCOMM'01 Fig. 6): a joined node tells the nodes whose fingers it may now be.
+
+        For each i whose reach 2**i passes its predecessor, the last node p at or before id - 2**i has
+        finger i start at or before us, so we may now be that interval's first node; p refreshes its
+        fingers if so, and we tell its predecessor in turn (the paper's recursion, ANNOUNCE_CHAIN at
+        most); for the reaches within our own arc that node is the predecessor. Without this a quiet ring, whose
+        rounds are stretched and whose finger cycles are long (dht/pacing.py), would route past us for
+        a whole cycle of the node's refreshes. O(log N) lookups, once per join."""
+        bits = self.config.bits
+        size = 1 << bits
+        with self.node.lock:
+            pred = self.routing.predecessor
+        if pred is None or pred == self.me:
+            return
+        gap = (self.me.id - pred.id) % size
+        told = {self.me}
+        for i in reversed(range(bits)):
+            if self.node.stopped.is_set():
+                return
+            if 1 << i < gap:  # a reach within our own arc: the last node at or before id - 2**i is the predecessor
+                p: Peer | None = pred
+            else:
+                first_after = (self.me.id - (1 << i) + 1) % size
+                found = iterative_lookup(first_after, self.me.endpoint, self.local_first_ask, max_steps=2 * bits)
+                p = self._predecessor_of(found.owner) if found.ok and found.owner is not None else None
+            for _ in range(ANNOUNCE_CHAIN):
+                if p is None or p in told:
+                    break
+                told.add(p)
+                reply = self.rpc.call(p.endpoint, "joined", peer=self.me_encoded)
+                if not reply.ok or not reply.get("stale"):
+                    break
+                p = self._predecessor_of(p)
+
+    def _predecessor_of(self, peer: Peer) -> Peer | None:
+        links = self.rpc.call(peer.endpoint, "get_links")
+        try:
+            return wire.decode_optional_peer(links.get("predecessor")) if links.ok else None
+        except wire.WireError:
+            return None
 
     def _gap_left_in_cycle(self) -> int:
         """The gap before the next refresh: the doubled one, cut so that the runs this cycle has left fit

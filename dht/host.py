@@ -38,7 +38,7 @@ from dht.ids import position_endpoint
 from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
 from dht.membership import QUIET_DOUBLINGS
-from dht.node import ChordNode, Shared
+from dht.node import ChordNode
 from dht.node_config import NodeConfig
 from dht.notifier import Notifier
 from dht.pacing import LINK_JOBS, Pacing, WakingQueue
@@ -46,6 +46,7 @@ from dht.policy import PolicyFile
 from dht.prober import HINTS, PROBE_PERIODS
 from dht.proximity import RoundTrips
 from dht.rpc_server import RpcServer
+from dht.shared import Shared
 from dht.transport import Refused, RpcClient, SocketSetup
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,6 @@ class ChordHost:
         shared.consensus = self.consensus.summary
         self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
         self.server.tally = self._tally_served
-        self.server.on_disconnect = lambda: self.jobs.put((None, "wake", None))  # the maintenance thread looks
         self.notifier.tally = self._tally_published
         timeout = self.positions[0].timeout
         self.round_trips = RoundTrips()  # per peer process: positions of one process share the path
@@ -248,8 +248,10 @@ class ChordHost:
             poller.register(self.rpc.watch_socket, zmq.POLLIN)
         seen = self._connections_closed()
         ours_closed = self.rpc.closings()
+        # a policy file is read again every period, however far apart a quiet position's rounds are
+        next_policy = start + period if self.shared.policy is not None else float("inf")
         while not self.stopped.is_set():
-            wait = min(next_round) - time.monotonic()
+            wait = min(*next_round, next_policy) - time.monotonic()
             if wait > 0:
                 poller.poll(max(1, int(wait * 1000)))
             self.jobs.clear()
@@ -281,6 +283,9 @@ class ChordHost:
                     self.maintainers[i].suspect = True  # a closed connection may be the predecessor's
                     next_round[i] = min(next_round[i], last[i] + period)
             now = time.monotonic()
+            if now >= next_policy:
+                next_policy = now + period
+                self.positions[0].check_policy()
             due = [i for i in range(v) if next_round[i] <= now and not self.positions[i].left]
             if not due or self.stopped.is_set():
                 continue
@@ -288,6 +293,7 @@ class ChordHost:
                 self.rpc.new_cycle()
                 before = {i: self._links(i) for i in due}
                 for i in due:  # every due position's ring pointers first: no lookup of another delays them
+                    self.maintainers[i].next_round_periods = self.pacings[i].next_if_quiet()
                     last[i] = time.monotonic()
                     next_round[i] = last[i] + period * random.uniform(0.9, 1.1)
                     if not self.stopped.is_set():
@@ -295,7 +301,9 @@ class ChordHost:
                 for i in due:
                     if not self.stopped.is_set():
                         self._step(i, self.maintainers[i].rest_round)
-                        changed = self._links(i) != before[i] or not self.maintainers[i].fingers_settled
+                        # a peer that did not answer may be cut off (no connection closes in a partition)
+                        changed = (self._links(i) != before[i] or not self.maintainers[i].fingers_settled
+                                   or bool(self.rpc.silent))
                         stretch = self.pacings[i].ran(changed=changed)
                         self.maintainers[i].paced = stretch > 1
                         self.maintainers[i].round_periods = stretch
@@ -315,8 +323,10 @@ class ChordHost:
             pass  # it has hints to follow: it looks after them
 
     def _connections_closed(self) -> int:
-        """Connections of this process that closed so far, ours to peers and peers' to us."""
-        return self.rpc.closings() + self.server.disconnects
+        """Maintenance connections to peers that closed so far: the successors and fingers it calls and
+        each predecessor it watches. Connections to us say nothing: clients come and go all the time,
+        and a ring serving them would never be quiet."""
+        return self.rpc.closings()
 
     def _links(self, index: int) -> tuple:
         """What a round that changed something changed: the position's predecessor, successor list and

@@ -59,6 +59,13 @@ class LocalFirst:
         if process_of(endpoint) != self.process:
             self.rpc.reset(endpoint)
 
+    def connection_lost(self, endpoint: str) -> bool:
+        return process_of(endpoint) != self.process and self.rpc.connection_lost(endpoint)
+
+    def watch(self, endpoint: str) -> None:
+        if process_of(endpoint) != self.process:
+            self.rpc.watch(endpoint)
+
     def close(self) -> None:
         self.rpc.close()
 

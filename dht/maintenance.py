@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from dht import wire
 from dht.client import iterative_lookup, unreachable
-from dht.fingers import FingerMaintenance
+from dht.fingers import ANNOUNCE_ROUND, FingerMaintenance
 from dht.ids import in_open, process_of
 from dht.proximity import RoundTrips
 from dht.records import Change, namespace
@@ -67,9 +67,9 @@ log = logging.getLogger(__name__)
 
 LAPSES_NAMED = 3  # fields named in the log line of a round's lapsed leases
 MISSES_TO_FORGET = 2  # unanswered calls in a row after which a peer whose connection is up is forgotten
-PREDECESSOR_HEARD = 1.5  # periods (times the ring's --quiet-stretch) within which the predecessor's own
-# get_links proves it alive (its rounds are that far apart at most, with 10% jitter; dht/pacing.py). A
-# killed one closes its connections, which makes us suspect it and ping it at once.
+PREDECESSOR_HEARD = 1.5  # times the periods to its next round (it says, `every`) within which the
+# predecessor's own get_links proves it alive (10% jitter; dht/pacing.py). A killed one closes the
+# connection we hold to it (`watch`), which makes us suspect it and ping it at once.
 
 AskFn = Callable[[str, int, Collection[str]], Reply]
 
@@ -92,6 +92,7 @@ class Maintainer(FingerMaintenance, Replication):
         self.init_replication()
         self._pred_missed = 0
         self.paced = False  # its rounds are further apart than a period (dht/pacing.py): refresh every round
+        self.next_round_periods = 1  # periods to its next round at most, if this one changes nothing
         self.suspect = False  # a connection of the process closed: ping the predecessor however lately heard
         self._last_successor: Peer | None = None  # for the successor-changes counter
         self._last_neighbours: tuple = ()  # (successor, predecessor) at the end of the last round
@@ -110,6 +111,8 @@ class Maintainer(FingerMaintenance, Replication):
             self.replicate(full=False)
         elif kind == "stabilize":  # a node named itself as our successor: see whether it is
             self.stabilize()
+        elif kind == "fingers":  # a node joined that begins one of our finger intervals
+            self.refresh_fingers()
 
     def expire_entries(self) -> list[str]:
         """Drop the replicas whose owner stopped refreshing them. What a hand-over or hand-back still owes
@@ -193,6 +196,8 @@ class Maintainer(FingerMaintenance, Replication):
         """Fingers, replication, expiry: the rest of a round."""
         node = self.node
         self.fix_fingers()
+        if node.rounds == ANNOUNCE_ROUND and not node.started_ring:
+            self.announce_join()
         self.replicate(full=node.rounds % FULL_EVERY == 0,
                        refresh=self.paced or node.rounds % self.config.refresh_every == 0)
         self.expire_records()
@@ -221,7 +226,8 @@ class Maintainer(FingerMaintenance, Replication):
                 succ = self.routing.successor
             self.fresh_if_down(succ.endpoint)
             known_silent = process_of(succ.endpoint) in getattr(self.rpc, "silent", ())
-            links = self.rpc.call(succ.endpoint, "get_links", peer=self.me_encoded, **self._refresh_along(succ))
+            links = self.rpc.call(succ.endpoint, "get_links", peer=self.me_encoded, every=self.next_round_periods,
+                                  **self._refresh_along(succ))
             if self._refreshed == succ.endpoint and "refreshed" not in links.body:
                 self._refreshed = None  # not taken along (no reply, or a node that does not know how)
             if not links.ok:
@@ -281,7 +287,9 @@ class Maintainer(FingerMaintenance, Replication):
         suspect, self.suspect = self.suspect, False
         if pred is None:
             return
-        quiet_for = PREDECESSOR_HEARD * self.config.quiet_stretch * self.config.stabilize
+        self.rpc.watch(pred.endpoint)  # its death closes this connection: we suspect it at once
+        suspect = suspect or self.rpc.connection_lost(pred.endpoint)  # (or it died before we connected)
+        quiet_for = PREDECESSOR_HEARD * self.node.predecessor_every * self.config.stabilize
         if not suspect and time.monotonic() - heard < quiet_for:
             self._pred_missed = 0
             return

@@ -12,68 +12,30 @@ a queue.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dht import wire
 from dht.durable import DurableStore
-from dht.gate import Denials
 from dht.ids import in_half_open, in_open, key_id, position_endpoint
 from dht.membership import Members
 from dht.node_config import NodeConfig
-from dht.policy import PolicyFile, item_refusal, refusal
+from dht.policy import item_refusal, refusal
 from dht.prober import Prober
 from dht.records import NOT_OWNER, REPLY_BUDGET, Change, RecordTable, namespace
 from dht.routing import Peer, RoutingTable
-from dht.rpc_server import RpcServer
 from dht.scaling import split_point
+from dht.shared import Jobs, Shared
 from dht.store import Store, entry_key_id, split_field_key
 from dht.subjects import PREFIX_RECORD
-from dht.transport import Refused, SocketSetup
+from dht.transport import Refused
 
 log = logging.getLogger(__name__)
 
 MIN_TIMEOUT = 0.25  # seconds the maintenance waits for a peer's reply, at the least
-
-
-@dataclass
-class Shared:
-    """What the positions of one process share (dht/host.py makes it): the RPC socket, the maintenance
-    thread's job queue, the record changes the events socket publishes, the policy, the clock's end."""
-
-    server: RpcServer
-    setup: SocketSetup | None
-    stopped: threading.Event
-    jobs: queue.Queue  # (position index, kind, argument): the maintenance thread's work
-    changes: queue.Queue  # record changes dht/notifier.py publishes
-    policy: PolicyFile | None
-    denials: Denials
-    positions: list[str] = field(default_factory=list)  # the endpoints of the positions in the ring, by index
-    consensus: Callable[[], dict] | None = None  # the process's consensus groups, summed up (dht/host.py)
-
-
-class Jobs:
-    """A position's view of the process's maintenance queue: what it puts carries its index."""
-
-    def __init__(self, jobs: queue.Queue, index: int) -> None:
-        self._jobs, self.index = jobs, index
-
-    def put(self, job: tuple[str, object]) -> None:
-        self._jobs.put((self.index, *job))
-
-    def get(self, *args: object, **kwargs: object) -> tuple:
-        return self._jobs.get(*args, **kwargs)
-
-    def empty(self) -> bool:
-        return self._jobs.empty()
-
-    def qsize(self) -> int:
-        return self._jobs.qsize()
 
 
 class ChordNode:
@@ -112,6 +74,7 @@ class ChordNode:
         self.successor_changes = 0  # rounds that ended with a different successor (metrics)
         self.links_changed_round = 0  # `rounds` when the successor or predecessor last changed
         self.predecessor_heard = float("-inf")  # when the predecessor last asked for our links (stabilize)
+        self.predecessor_every = 1  # and the periods to its next round at most, as it said then
         self.handed_foreign: set[str] = set()  # keys handed over to us that others own (_on_handover)
         self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
@@ -139,6 +102,7 @@ class ChordNode:
             "next_hop": self._on_next_hop,
             "get_links": self._on_get_links,
             "notify": self._on_notify,
+            "joined": self._on_joined,
             "put": self._on_put,
             "get": self._on_get,
             "delete": self._on_delete,
@@ -256,6 +220,7 @@ class ChordNode:
         asker = req.get("peer")
         if asker is not None and asker == self.routing.predecessor:
             self.predecessor_heard = time.monotonic()
+            self.predecessor_every = req.get("every", 1)
         refreshed = self._on_refresh(req) if "from" in req and "to" in req else {}
         return {**refreshed, "predecessor": wire.encode_peer(self.routing.predecessor),
                 "successors": [wire.encode_peer(s) for s in self.routing.successors]}
@@ -277,6 +242,15 @@ class ChordNode:
                 self.store.refresh(lambda k: in_half_open(k, old.id, peer.id), self.rounds)
             self.jobs.put(("handover", (old, peer)))
         return {}
+
+    def _on_joined(self, req: dict) -> dict:
+        """A node that joined tells us of itself (SIGCOMM'01 Fig. 6, update_others): when it now comes
+        before the finger we hold for one of our intervals, the fingers are refreshed at once rather than
+        at a quiet ring's next cycle. `stale` says so: the joined node then tells our predecessor too."""
+        stale = self.routing.comes_before_a_finger(req["peer"])
+        if stale:
+            self.jobs.put(("fingers", None))
+        return {"stale": stale}
 
     def _check_owner(self, key: str) -> None:
         if not self.routing.owns(key_id(key, self.config.bits)):

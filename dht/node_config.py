@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dht import wire
 from dht.ids import MAX_VNODES, check_bits
+from dht.pacing import QUIET_STRETCH
 from dht.proximity import DEFAULT_SAMPLES
 
 
@@ -35,7 +36,7 @@ class NodeConfig:
     prs: bool = False  # a key the successor list covers is answered with its owner (dht/routing.py)
     join_timeout: float | None = None  # give up joining after this many seconds (None: keep trying)
     probe_every: float | None = None  # seconds between probes of remembered members (None: 2 periods; 0: never)
-    quiet_stretch: int = 1  # a quiet position's rounds up to this many periods apart (dht/pacing.py)
+    quiet_stretch: int = QUIET_STRETCH  # a quiet position's rounds up to this many periods apart (dht/pacing.py)
     ports: int = 0  # the events socket's port, and the first of the four ports a node's sockets
     # other than its RPC take (events, relay in, relay out, consensus: what a firewall opens); 0: free ones
     acl: Path | None = None  # a policy file (dht/policy.py): who may register and read which topics

@@ -3,24 +3,26 @@
 Chord's stabilize runs every period whether or not anything changed (ToN'03 §IV-C): on an idle ring
 almost every round asks the successor what it said last time. A position whose round changes nothing
 for QUIET_ROUNDS rounds in a row doubles the gap between its rounds, up to `--quiet-stretch` periods
-(1 by default: every period; at most MAX_STRETCH). Any sign
-that the ring moved brings it back to a round every period at once (dht/host.py's maintenance thread
-sleeps on these, so a quiet position does nothing at all between its rounds) —
-- a connection of the process closed (the kernel closes a killed process's sockets, so a neighbour's
-  death is seen within a period of the last round, as soon as an unstretched round would have seen it);
-- a new node notified it (a predecessor changed), or named itself as its successor (a joining node
-  tells its successor's old predecessor, which would otherwise learn of it only at its next round);
+(QUIET_STRETCH by default; 1: every period). Any sign that the ring moved brings it back to a round
+every period at once (dht/host.py's maintenance thread sleeps on these, so a quiet position does
+nothing at all between its rounds) —
+- a connection of its maintenance to a neighbour closed: a successor or finger it calls, or the
+  predecessor it watches (the kernel closes a killed process's sockets, so a neighbour's death is seen
+  within a period of the last round). Connections *to* the node say nothing: clients come and go;
+- a call of its round went unanswered (a peer cut off by a partition closes nothing);
+- a new node notified it (a predecessor changed), named itself as its successor (a joining node tells
+  its successor's old predecessor), or announced that it begins one of its finger intervals
+  (dht/fingers.py `announce_join`);
 - its own round changed its successor list, its predecessor or a finger.
 
-What the stretch delays is the discovery of a peer that fell silent without closing anything (a
-partition): up to the stretch in periods instead of one; the expiry of leased record fields, judged at
-each round; and, after a burst of joins, a finger that a join far away made stale (measured when the
-stretch was new: 16 successive joins at a stretch of 2 or 4 missed the 20-period bound for exact
-fingers in 1 run of 4 to 8; measured again on 2026-11-28: every finger exact 3.5-5.1 periods after
-the last join in 8 runs at a stretch of 4, idle and loaded). That is why the stretch is for an operator
-to choose. Adaptive stabilization in the literature
-(Ghinita and Teo, IPDPS'06) tunes the period to the churn it observes; this is the simplest such rule,
-with the process's own connection events standing in for the churn estimate.
+A stabilize tells the successor how many periods its next round may be away (`every`), so the
+successor pings a silent predecessor after 1.5 of those, not after a fixed time. What the stretch
+delays is the first sight of a peer that fell silent without closing anything (a partition): up to
+the stretch in periods instead of one; and the expiry of leased record fields, judged at each round.
+At the default, an idle node costs a fifth of what it costs unstretched (`benchmarks/idle.py`,
+BENCHMARKS.md). Adaptive stabilization in the literature (Ghinita and Teo, IPDPS'06) tunes the period
+to the churn it observes; this is the simplest such rule, with the process's own connection events
+standing in for the churn estimate.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import queue
 
 QUIET_ROUNDS = 8  # rounds without a change after which the gap between rounds doubles
 MAX_STRETCH = 8  # the longest gap between rounds any node may be given (--quiet-stretch), in periods
-LINK_JOBS = ("handover", "stabilize")  # jobs that say a position's links moved: its rounds come every period
+QUIET_STRETCH = MAX_STRETCH  # the default --quiet-stretch
+LINK_JOBS = ("handover", "stabilize", "fingers")  # jobs that say a position's links moved: its rounds come every period
 
 
 class Pacing:
@@ -50,6 +53,12 @@ class Pacing:
             self.quiet += 1
             if self.quiet >= self.quiet_rounds and self.stretch < self.max_stretch:
                 self.stretch, self.quiet = min(self.stretch * 2, self.max_stretch), 0
+        return self.stretch
+
+    def next_if_quiet(self) -> int:
+        """The periods to the round after the next if the next changes nothing (a neighbour's bound)."""
+        if self.quiet + 1 >= self.quiet_rounds:
+            return min(self.stretch * 2, self.max_stretch)
         return self.stretch
 
     def wake(self) -> None:

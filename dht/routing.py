@@ -64,6 +64,17 @@ class RoutingTable:
     def finger_start(self, i: int) -> int:
         return finger_start(self.me.id, i, self.bits)
 
+    def comes_before_a_finger(self, peer: Peer) -> bool:
+        """Whether `peer` lies in one of our finger intervals before the finger held for it: it may be
+        the interval's first node now (a node that joined, dht/fingers.py `announce_join`)."""
+        if peer == self.me:
+            return False
+        for i in range(self.bits):
+            start, held = self.finger_start(i), self.fingers[i] or self.successor
+            if peer.id == start or in_open(peer.id, start, held.id):
+                return True
+        return False
+
     def known_peers(self) -> set[Peer]:
         peers = {p for p in self.fingers if p is not None} | set(self.successors)
         if self.predecessor is not None:

@@ -78,8 +78,6 @@ class RpcServer:
         self.caught_up_at = time.time()  # the last moment nothing was waiting to be served
         self._waiting = False  # serve() is waiting for a request
         self._wake_address = f"inproc://rpc-wake-{id(self)}"
-        self.disconnects = 0  # peers' connections to us that closed (a killed peer's close them at once)
-        self.on_disconnect: Callable[[], None] | None = None  # told of each, from the serving thread
         # told (position, request bytes, reply bytes) of each request answered: a process holding
         # several ring positions counts each one's traffic (dht/host.py)
         self.tally: Callable[[int, int, int], None] | None = None
@@ -90,11 +88,9 @@ class RpcServer:
         wake = self.context.socket(zmq.PULL)
         wake.setsockopt(zmq.LINGER, 0)
         wake.bind(self._wake_address)
-        closes = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
-        poller.register(closes, zmq.POLLIN)
         try:
             while not stop.is_set():
                 self._waiting = True
@@ -102,11 +98,6 @@ class RpcServer:
                 self._waiting = False
                 if wake in ready:
                     wake.recv(zmq.NOBLOCK)
-                while closes in ready and closes.poll(0):
-                    closes.recv_multipart(zmq.NOBLOCK)
-                    self.disconnects += 1
-                    if self.on_disconnect is not None:
-                        self.on_disconnect()
                 if self.socket not in ready:
                     self.caught_up_at = time.time()
                     continue
@@ -125,8 +116,6 @@ class RpcServer:
                     self.caught_up_at = time.time()
         finally:
             wake.close(linger=0)
-            self.socket.disable_monitor()
-            closes.close(linger=0)
 
     def wake(self) -> None:
         """Make `serve` look at its stop event now (from any thread)."""

@@ -360,6 +360,15 @@ class RpcClient:
             self._disconnect(old)
         return peer
 
+    def connection_lost(self, endpoint: str) -> bool:
+        """Whether our connection to `endpoint`'s process was closed or refused (a watching client)."""
+        return self._gone(endpoint)
+
+    def watch(self, endpoint: str) -> None:
+        """Hold a connection to `endpoint`'s process without asking it anything, so that its death (the
+        kernel closes its end) counts in `closings()` like that of a peer we call."""
+        self._peer(endpoint)
+
     def reset(self, endpoint: str) -> None:
         """Forget the connection to `endpoint`'s process; the next request opens a new one."""
         process = process_of(endpoint)

@@ -27,6 +27,7 @@ MAX_FIELD_CHARS = 256
 MAX_LIST = 4096
 MAX_ENTRIES = 100_000
 MAX_HOPS = 4096  # a unify hint's hops left (dht/prober.py)
+MAX_PERIODS = 64  # a stabilize's `every`: periods to the asker's next round (dht/pacing.py allows 8)
 _UINT64 = (1 << 64) - 1
 _ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})(?:/(?P<at>[1-9][0-9]{0,2}))?$")
 
@@ -226,6 +227,12 @@ def _hops(value: Any, what: str) -> int:
     return value
 
 
+def _periods(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PERIODS:
+        raise WireError(f"{what} must be an integer in [1, {MAX_PERIODS}]")
+    return value
+
+
 def _endpoint(value: Any, what: str) -> str:
     parse_endpoint(value)
     return value
@@ -260,8 +267,11 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     # stabilize: predecessor and successor list in one round trip; `peer`, the asker, tells a node its
     # predecessor is alive (it then pings it only when it has not asked for a while); `from`/`to`, a
     # `refresh` of the asker's replicas carried along when the successor holds them
-    "get_links": {"peer": (_peer, False), "from": (_id, False), "to": (_id, False)},
+    # (`every`: the asker's periods to its next round, at most: dht/pacing.py)
+    "get_links": {"peer": (_peer, False), "from": (_id, False), "to": (_id, False), "every": (_periods, False)},
     "notify": {"peer": (_peer, True)},
+    # a node that joined tells those whose finger intervals it may now begin (update_others)
+    "joined": {"peer": (_peer, True)},
     "put": {"key": (_key, True), "value": (_bytes, True)},
     "get": {"key": (_key, True)},
     "delete": {"key": (_key, True)},
