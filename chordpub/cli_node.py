@@ -68,7 +68,7 @@ def node_start(
                                       "rounds change nothing doubles the gap between them up to this many "
                                       "stabilize periods, and is back to every period at the first closed "
                                       "connection, unanswered call or new neighbour (1: every period, which "
-                                      "costs an idle node about three times the CPU; a silent peer is found up "
+                                      "costs an idle node about four times the CPU; a silent peer is found up "
                                       "to that many periods later)."),
     id: int = typer.Option(None, "--id", help="Node id (of its first position, with --vnodes); default key_id of "
                            "the advertised 'host:port'."),
