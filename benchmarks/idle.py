@@ -1,14 +1,15 @@
 """What an idle ring costs: CPU per node per second, and the maintenance messages behind it.
 
     python benchmarks/idle.py [--nodes 16] [--seconds 60] [--settle 60] [--stabilize 0.5,0.2] [--quiet-stretch S]
-                              [--baseline REV [--baseline-python PY]] [--json]
+                              [--baseline REV [--baseline-python PY] [--baseline-quiet-stretch S]] [--json]
 
 For each stabilize period, a ring of --nodes node processes on loopback (`chordpub node start`, default
 options otherwise) is started and left alone until it is consistent with every finger exact, then for
 --settle seconds more (a ring is idle once its joins are past). Over the next --seconds the node
 processes' CPU is read from /proc (user + system ticks, so libzmq's I/O threads and the kernel's work
 for them count too) with the requests their maintenance sent and the rounds it ran (the nodes' own
-counters, `node info`). With --baseline REV, a second ring runs the code of that git revision (its
+counters, `node info`, read before the settling and after the window: a client's call is news that
+woke every node of older revisions). With --baseline REV, a second ring runs the code of that git revision (its
 tree, extracted to a temporary directory) beside the first, over the same window: the ratio between
 them is measured in one run on one machine.
 """
@@ -66,8 +67,11 @@ def start(workdir: Path, nodes: int, stabilize: float, code: Path | None = None,
 def measure(rings: dict[str, LocalRing], settle: float, seconds: float) -> dict[str, dict]:
     for ring in rings.values():
         ring.wait_consistent(timeout=120, fingers=True)
+    # the counters are read before the settling: a client's call woke a node's rounds in older revisions
+    sent_before = {name: counters(r) for name, r in rings.items()}
     time.sleep(settle)  # past the joins: a duration, not a synchronization
-    before = {name: (counters(r), {n.proc.pid: cpu_ticks(n.proc.pid) for n in r.nodes}) for name, r in rings.items()}
+    before = {name: (sent_before[name], {n.proc.pid: cpu_ticks(n.proc.pid) for n in r.nodes})
+              for name, r in rings.items()}
     t0 = time.monotonic()
     time.sleep(seconds)  # the measuring window
     elapsed = time.monotonic() - t0
@@ -80,7 +84,8 @@ def measure(rings: dict[str, LocalRing], settle: float, seconds: float) -> dict[
         requests = sum(sent1[e][0] - sent0[e][0] for e in sent0)
         rounds = sum(sent1[e][1] - sent0[e][1] for e in sent0)
         out[name] = {"nodes": len(pids), "cpu_percent_per_node": 100 * sum(cpu) / len(cpu),
-                     "cpu_percent_max": 100 * max(cpu), "requests_per_node_s": requests / elapsed / len(pids),
+                     "cpu_percent_max": 100 * max(cpu),
+                     "requests_per_node_s": requests / (elapsed + settle) / len(pids),
                      "requests_per_round": requests / max(rounds, 1), "seconds": elapsed}
     return out
 
@@ -97,6 +102,8 @@ def main() -> None:
                     "its dependencies; default: this one).")
     ap.add_argument("--quiet-stretch", type=int, help="This revision's nodes' --quiet-stretch (default: theirs; "
                     "the baseline's nodes run their own defaults).")
+    ap.add_argument("--baseline-quiet-stretch", type=int, help="The baseline's nodes' --quiet-stretch (default: "
+                    "theirs).")
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args()
     rows = []
@@ -109,7 +116,8 @@ def main() -> None:
                                       **({"quiet_stretch": args.quiet_stretch} if args.quiet_stretch else {}))
                 if base_tree is not None:
                     rings["baseline"] = start(Path(tmp) / f"base-{period}", args.nodes, period, base_tree,
-                                              args.baseline_python)
+                                              args.baseline_python, **({"quiet_stretch": args.baseline_quiet_stretch}
+                                                                       if args.baseline_quiet_stretch else {}))
                 result = measure(rings, args.settle, args.seconds)
             finally:
                 for ring in rings.values():

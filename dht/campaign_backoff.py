@@ -31,7 +31,8 @@ class CampaignBackoff:
         self.waits: dict[int, tuple[float | None, float]] = {}  # arc -> (resume at, or None once resumed; wait)
 
     def heard_leader(self, arc: int) -> None:
-        """The group has a leader (or this member stands as a candidate, or leads): the count starts over."""
+        """The group has a leader (this member, or one it hears): the count starts over. Standing as a
+        candidate is no success: removed members of one old configuration grant each other pre-votes."""
         self.campaigns.pop(arc, None)
         self.waits.pop(arc, None)
 

@@ -43,7 +43,7 @@ from dht.consensus_wire import SCHEMAS, arc_field, batches, endpoint_of
 from dht.group_placement import run_placement
 from dht.kv_machine import CommandError
 from dht.pacing import WakingQueue
-from dht.raft import CANDIDATE, FOLLOWER, LEADER, PRE_CANDIDATE, AppendReply, Vote
+from dht.raft import FOLLOWER, LEADER, PRE_CANDIDATE, AppendReply, Vote
 from dht.rpc_server import RejectLog
 from dht.transport import RpcClient, SocketSetup, base_options, bind_port
 
@@ -332,7 +332,7 @@ class ConsensusService:
                 continue
             g.tick()
             self._dirty.add(arc)
-            if r.leader is not None or r.role in (CANDIDATE, LEADER):
+            if r.leader is not None:  # (a candidate is no success: removed members may grant each other pre-votes)
                 self.backoff.heard_leader(arc)
             elif r.role == PRE_CANDIDATE and r.elapsed == 0:  # a campaign began this tick
                 step = self.backoff.campaigned(arc, self.wanted.get(arc), self.id, time.monotonic())
