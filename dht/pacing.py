@@ -19,7 +19,7 @@ A stabilize tells the successor how many periods its next round may be away (`ev
 successor pings a silent predecessor after 1.5 of those, not after a fixed time. What the stretch
 delays is the first sight of a peer that fell silent without closing anything (a partition): up to
 the stretch in periods instead of one; and the expiry of leased record fields, judged at each round.
-At the default, an idle node costs about a quarter of what it costs unstretched (`benchmarks/idle.py`,
+At the default, an idle node costs a quarter to two fifths of what it costs unstretched (`benchmarks/idle.py`,
 BENCHMARKS.md). Adaptive stabilization in the literature (Ghinita and Teo, IPDPS'06) tunes the period
 to the churn it observes; this is the simplest such rule, with the process's own connection events
 standing in for the churn estimate.
