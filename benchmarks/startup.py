@@ -8,8 +8,10 @@ Each figure is the median of --runs wall times on this machine: `python -c pass`
 node start --port 0`) and a client (`chordpub sub --via NODE --topic t`), the time from exec to the
 process's first listening TCP socket (read from /proc, polled every millisecond). The goals: --version
 within 0.05 s, every --help and a first socket within 0.10 s, on a machine where the bare interpreter
-starts in 0.017 s (so 2.9x and 5.9x the bare interpreter). --importtime prints what a node's start
-still imports, largest first (`python -X importtime`).
+starts in 0.017 s (so 2.9x and 5.9x the bare interpreter). Each row says whether it is within the goal
+both in seconds and as that ratio: a machine whose bare interpreter starts faster than its imports run
+(one where `import zmq, msgpack, typer` alone is past 5.9x) can meet the one and not the other.
+--importtime prints what a node's start still imports, largest first (`python -X importtime`).
 """
 
 from __future__ import annotations
@@ -112,16 +114,19 @@ def main() -> None:
     out = {name: {"s": round(s, 4), "ratio": round(s / bare, 2),
                   "goal_ratio": round(GOALS.get(name, 0.10) / REFERENCE_BARE, 2)}
            for name, s in rows.items()}
-    for row in out.values():
+    for name, row in out.items():
         row["within_goal"] = row["ratio"] <= row["goal_ratio"]
-    out["python -c pass"].update(goal_ratio=None, within_goal=None)
-    out["import zmq, msgpack, typer"].update(goal_ratio=None, within_goal=None)
+        row["goal_s"] = GOALS.get(name, 0.10)
+        row["within_goal_s"] = row["s"] <= row["goal_s"]
+    for floor in ("python -c pass", "import zmq, msgpack, typer"):
+        out[floor].update(goal_ratio=None, within_goal=None, goal_s=None, within_goal_s=None)
     if args.json:
         print(json.dumps({"runs": args.runs, "rows": out}))
     else:
         for name, row in out.items():
             goal = "" if row["goal_ratio"] is None else (
-                f"  (goal <= {row['goal_ratio']}x: {'yes' if row['within_goal'] else 'NO'})")
+                f"  (goal <= {row['goal_s']:.2f} s: {'yes' if row['within_goal_s'] else 'NO'}; "
+                f"<= {row['goal_ratio']}x: {'yes' if row['within_goal'] else 'NO'})")
             print(f"{name:32} {row['s'] * 1000:7.1f} ms  {row['ratio']:5.2f}x bare{goal}")
     if args.importtime:
         proc = subprocess.run([PY, "-X", "importtime", "-m", "chordpub", "node", "start", "--help"],

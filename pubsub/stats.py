@@ -13,8 +13,8 @@ Pure: no sockets, no clocks.
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from bisect import bisect_left
+from itertools import accumulate
 
 _BASE = 1.02
 _MIN_MS = 1e-3
@@ -71,7 +71,7 @@ class LatencyHistogram:
         if self.count == 0:
             return None
         rank = max(math.ceil(q * self.count), 1)
-        i = int(np.searchsorted(np.cumsum(self.counts), rank))
+        i = bisect_left(list(accumulate(self.counts)), rank)
         mid = _MIN_MS * _BASE ** (i - 0.5) if i > 0 else _MIN_MS
         return min(max(mid, self.min), self.max)
 
