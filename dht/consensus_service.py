@@ -325,9 +325,10 @@ class ConsensusService:
         for arc in list(self.awake):
             g = self.groups[arc]
             r = g.raft
-            if r.role == FOLLOWER and self.id not in r.members and r.since_leader >= r.election_ticks:
-                # not (or no longer) a member, and its lease on the last leader it heard is over (it may
-                # vote again: a group mid-change may need its vote): nothing more to time until a message
+            if r.role == FOLLOWER and not r.stands and r.since_leader >= r.election_ticks:
+                # not (or no longer) a member, or told of its removal, and its lease on the last leader it
+                # heard is over (it may vote again: a group mid-change may need its vote): nothing more to
+                # time until a message
                 self.awake.discard(arc)
                 continue
             g.tick()

@@ -25,7 +25,11 @@ What is here, by the paper's sections:
   its lease at once (`leader_gone`) and the survivors stand a few ticks apart, so a dead leader is
   replaced in a few ticks rather than an election timeout;
 - membership changes one server at a time (thesis §4.1): a configuration entry takes effect when it
-  is appended, and only one may be uncommitted at a time;
+  is appended, and only one may be uncommitted at a time. A member removed while it was cut off never
+  receives the entry that removed it, and would stand in elections its old configuration's members
+  refuse for ever (thesis §4.2.3's disruptive servers): a member whose committed configuration leaves
+  the candidate out says so in its refusal, and the candidate stands no more until it hears a leader
+  or its log holds that configuration (`stands`; liveness only: it still votes and replicates);
 - log compaction (§7): the caller folds the applied prefix into a snapshot of its state (`compact`),
   and a leader sends a follower that lags behind it the snapshot instead, in chunks
   (InstallSnapshot), which the follower's caller restores (`Ready.snapshot`) before applying more.
@@ -102,6 +106,7 @@ class Raft(Compaction):
         self.since_leader = 0  # ticks since a leader was last heard from: none votes within a lease of it
         self.hurried = False  # its leader was seen dying: campaigns wait shortly until a leader is heard
         self.gone: tuple[str, int] | None = None  # (the leader seen dying, its term)
+        self.retired = 0  # a committed configuration's index that a member says removed this one (0: none)
         self.timeout = self.random(election_ticks, 2 * election_ticks - 1)
         self._out: list[Message] = []
         self._unsaved_from: int | None = None
@@ -114,6 +119,12 @@ class Raft(Compaction):
         if self._configs:
             return self.log[self._configs[-1] - self.snap_index - 1].members  # type: ignore[return-value]
         return self.snapshot[2]
+
+    @property
+    def stands(self) -> bool:
+        """Whether this member stands in elections: it is in its configuration, and no member has told
+        it of a newer committed one that leaves it out."""
+        return self.id in self.members and self.retired <= self._config_in_force()
 
     @property
     def snap_index(self) -> int:
@@ -168,7 +179,7 @@ class Raft(Compaction):
                 self._broadcast_append()
             if self.now >= self._lease_end():
                 self._become_follower(self.term, None)  # no majority answered within a lease: step down
-        elif self.elapsed >= self.timeout and self.id in self.members:
+        elif self.elapsed >= self.timeout and self.stands:
             self._campaign(pre=True)
 
     def leader_gone(self, leader: str) -> bool:
@@ -211,6 +222,8 @@ class Raft(Compaction):
             return
         if msg.term > self.term:
             if isinstance(msg, Vote) and self._in_lease():
+                if self._removed(msg.src):  # (no vote, no term raised; but told it was removed)
+                    self._out.append(VoteReply(self.id, msg.src, self.term, False, msg.pre, self._removed(msg.src)))
                 return  # a leader is alive for us: no vote, no term raised (thesis §4.2.3, leases)
             if isinstance(msg, Vote) and msg.pre:
                 pass  # a pre-vote does not change our term
@@ -263,16 +276,28 @@ class Raft(Compaction):
         up_to_date = (msg.last_term, msg.last_index) >= (self.last_term, self.last_index)
         if msg.pre:
             granted = msg.term > self.term and up_to_date and not self._in_lease()
-            self._out.append(VoteReply(self.id, msg.src, msg.term if granted else self.term, granted, True))
+            self._out.append(VoteReply(self.id, msg.src, msg.term if granted else self.term, granted, True,
+                                       0 if granted else self._removed(msg.src)))
             return
         granted = (msg.term == self.term and self.voted_for in (None, msg.src) and up_to_date)
         if granted:
             self.voted_for = msg.src
             self.elapsed = 0
             self.since_leader = 0  # a vote grants a lease: no other vote within it
-        self._out.append(VoteReply(self.id, msg.src, self.term, granted))
+        removed = 0 if granted else self._removed(msg.src)
+        self._out.append(VoteReply(self.id, msg.src, self.term, granted, False, removed))
+
+    def _removed(self, member: str) -> int:
+        """The index of our configuration if it is committed and leaves `member` out, else 0."""
+        config = self._config_in_force()
+        return config if member not in self.members and config <= self.commit else 0
 
     def _on_vote_reply(self, msg: VoteReply) -> None:
+        if not msg.granted and msg.removed > self._config_in_force():
+            self.retired = max(self.retired, msg.removed)  # removed while cut off: stand no more
+            if self.role in (PRE_CANDIDATE, CANDIDATE):
+                self._become_follower(self.term, None)
+            return
         if msg.pre != (self.role == PRE_CANDIDATE) or self.role not in (PRE_CANDIDATE, CANDIDATE):
             return
         if msg.term != (self.term + 1 if msg.pre else self.term):
@@ -352,6 +377,7 @@ class Raft(Compaction):
         self.elapsed = 0
         self.since_leader = 0
         self.hurried = False
+        self.retired = 0  # a leader sends its log: whether this member is in the configuration, it will say
         return True
 
     def _on_append(self, msg: Append) -> None:
@@ -405,6 +431,10 @@ class Raft(Compaction):
 
     def _config_index(self) -> int:
         return self._configs[-1] if self._configs else 0
+
+    def _config_in_force(self) -> int:
+        """The index of the configuration in force (a snapshot's: the snapshot's own, an upper bound)."""
+        return self._configs[-1] if self._configs else self.snap_index
 
 
 def _consecutive(msg: Append) -> bool:

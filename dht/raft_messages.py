@@ -38,11 +38,15 @@ class Vote:
 
 @dataclass(frozen=True)
 class VoteReply:
+    """`removed`: the index of a committed configuration that leaves the candidate out (0: none known),
+    so that a member that missed its own removal stops standing in elections (dht/raft.py, `stands`)."""
+
     src: str
     dst: str
     term: int
     granted: bool
     pre: bool = False
+    removed: int = 0
 
 
 @dataclass(frozen=True)

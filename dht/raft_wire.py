@@ -34,7 +34,10 @@ def encode(msg: Message) -> dict:
     if isinstance(msg, Vote):
         return {"k": "vote", **head, "last_index": msg.last_index, "last_term": msg.last_term, "pre": msg.pre}
     if isinstance(msg, VoteReply):
-        return {"k": "vote_reply", **head, "granted": msg.granted, "pre": msg.pre}
+        reply = {"k": "vote_reply", **head, "granted": msg.granted, "pre": msg.pre}
+        if msg.removed:
+            reply["removed"] = msg.removed
+        return reply
     if isinstance(msg, Append):
         return {"k": "append", **head, "prev_index": msg.prev_index, "prev_term": msg.prev_term,
                 "entries": [[e.term, e.index, e.data, None if e.members is None else list(e.members)]
@@ -56,7 +59,8 @@ def decode(body: Any) -> Message:  # noqa: ANN401 - anything the network brings
     if kind == "vote":
         return Vote(*head, _uint(body, "last_index"), _uint(body, "last_term"), _flag(body, "pre"))
     if kind == "vote_reply":
-        return VoteReply(*head, _flag(body, "granted"), _flag(body, "pre"))
+        return VoteReply(*head, _flag(body, "granted"), _flag(body, "pre"),
+                         _uint(body, "removed") if "removed" in body else 0)
     if kind == "append":
         prev = _uint(body, "prev_index")
         return Append(*head, prev, _uint(body, "prev_term"), _entries(body.get("entries"), prev),

@@ -302,6 +302,39 @@ def test_a_member_back_from_isolation_does_not_depose_a_leader_the_majority_stil
     assert c.leader() is lead and lead.term == term, "the leader a majority hears is not disturbed"
 
 
+def test_a_member_removed_while_cut_off_is_told_so_and_stands_no_more_until_a_leader_adds_it_again():
+    """A member cut off while the group removed it never receives the entry that did: back, it stands
+    in election after election that the members (who hear their leader) refuse. The first refusal from a
+    member whose committed configuration leaves it out says so, and it stands no more (one round of
+    pre-votes, not one every election timeout); added again, it hears the leader and is a member like
+    any other. To see it fail, let `_removed` return 0 (or `stands` ignore `retired`)."""
+    c = Cluster(4, seed=7)
+    lead = c.await_leader()
+    gone = next(i for i in c.ids if i != lead.id)
+    c.split({gone}, set(c.ids) - {gone})
+    rest = tuple(i for i in c.ids if i != gone)
+    lead.propose(members=rest)
+    c.run(2 * E)
+    assert lead.commit == lead.last_index and lead.members == rest, "the removal is committed without it"
+    votes = []
+    collect = c._collect
+
+    def counting(node: Raft) -> None:
+        votes.extend(m for m in node._out if isinstance(m, raft.Vote) and m.src == gone)
+        collect(node)
+
+    c._collect = counting
+    c.heal()
+    c.run(12 * E)
+    stale = c.nodes[gone]
+    assert gone in stale.members, "it never received the entry that removed it"
+    assert 0 < len(votes) <= len(rest) and not stale.stands, f"{len(votes)} votes asked after its removal"
+    assert c.leader() is lead
+    lead.propose(members=(*rest, gone))
+    c.run(3 * E)
+    assert stale.stands and stale.log == lead.log, "added again, it is a member like any other"
+
+
 def test_a_vote_is_a_lease_an_isolated_new_leader_is_the_only_one_until_it_steps_down():
     """m0 is elected by m1 and m2 and cut off at once, before any append of its own gets out. m3,
     which never heard m0's request, campaigns with m1, m2 and m4: m1 and m2 voted within a lease and

@@ -32,7 +32,7 @@ def appends(draw: st.DrawFn) -> Append:
 
 
 messages = (st.builds(Vote, member, member, uint, uint, uint, st.booleans())
-            | st.builds(VoteReply, member, member, uint, st.booleans(), st.booleans())
+            | st.builds(VoteReply, member, member, uint, st.booleans(), st.booleans(), uint)
             | appends()
             | st.builds(AppendReply, member, member, uint, st.booleans(), uint, uint))
 
