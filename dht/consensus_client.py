@@ -178,7 +178,10 @@ class ConsensusClient:
             if isinstance(hint, str) and "#" in hint and endpoint_of(hint) != target:
                 candidates.insert(0, endpoint_of(hint))
             elif hint is None and "not the leader" in error:
-                candidates.append(target)  # it is electing one: ask again shortly
+                # it is electing one, or it left the group (a leader that removed itself knows no other):
+                # the next member, and once every one was asked, the ring again for who holds the group
+                self._leaders.pop(arc, None)
+                self._groups.pop(arc, None)
                 time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
             elif "send it again" in error or "try later" in error:
                 candidates.insert(0, target)

@@ -316,6 +316,38 @@ def test_garbage_at_the_consensus_socket_changes_nothing_and_stops_nothing(ring)
         assert client.get("garbage/before") == (b"v", version)
 
 
+def test_a_client_whose_leader_left_the_group_asks_the_ring_again(ring_factory):
+    """A client remembers each group's leader. The first node leads every group alone; three nodes join
+    half a ring after it, so the groups of that half move to them and the first node leaves them. Asked
+    again, the first node answers "not the leader" and names no one (it is no member: it hears no
+    leader of those groups); the client then asks the ring who holds the group, and its next command
+    is answered well within its timeout.
+
+    To see it fail: ask the same member again after such an answer (`candidates.append(target)` in
+    `ConsensusClient._ask` instead of forgetting it: every command times out at the first node)."""
+    ring = ring_factory()
+    first = ring.start(1)[0]
+    half = 1 << 63
+    for offset in (half, half + (1 << 61), half + (1 << 62)):  # (first, first + half] is theirs now
+        ring.add(join=first.endpoint, id=(first.id + offset) % (1 << 64))
+    keys: dict[int, str] = {}
+    for i in range(10_000):
+        keys.setdefault(arc_of(key_id(f"moved/{i}"), 64), f"moved/{i}")
+    endpoints = [n.endpoint for n in ring.nodes]
+    with ConsensusClient(first.endpoint, timeout=5) as client:
+        versions = {arc: client.put(key, b"v") for arc, key in keys.items()}  # every leader remembered
+        wait_for(lambda: every_group_has(endpoints, 3), timeout=60, what="every group with 3 members")
+        with DhtClient(first.endpoint) as dht:
+            member = dht.info(first.endpoint)["services"]["consensus"]
+        left = sorted({int(arc) for groups in groups_of(endpoints).values() for arc, g in groups.items()
+                       if g["role"] == "leader" and member not in g["members"]})
+        assert len(left) >= ARCS // 4, f"the groups the first node left: {left}"
+        for arc in left:
+            t0 = time.monotonic()
+            assert client.get(keys[arc]) == (b"v", versions[arc])
+            assert time.monotonic() - t0 < 2.0, f"arc {arc}: {time.monotonic() - t0:.2f}s"
+
+
 def test_a_member_that_joins_after_the_log_was_compacted_gets_the_keys_from_a_snapshot(ring_factory):
     """Enough writes to one arc that its group folds its log into a snapshot; one member's process is
     killed and a new process joins, which the group's leader adds in its place: all it can get of the

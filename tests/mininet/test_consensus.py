@@ -180,7 +180,9 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
 
         wait_for(both_publish, 60, interval=0.5, what="the stronger publisher leading and the weaker standing by")
         end = time.monotonic() + SECONDS
-        run.isolate(run.host_of(run.leading()), 6.0)  # the leading candidate cut off: it must stop first
+        # the leading candidate cut off: it must stop first (the groups may still be moving to the hosts the
+        # ring wants, and a group's leader that leaves it takes an election to replace: wait for one to lead)
+        run.isolate(run.host_of(wait_for(run.leading, 10, interval=0.05, what="a leading candidate")), 6.0)
         pause(3.0)
         run.fence_cut = run.isolate(STRONG, 8.0)  # the stronger publisher cut off: the weaker takes over
         pause(4.0)  # the stronger one takes the topic back
