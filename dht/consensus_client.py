@@ -28,6 +28,7 @@ from dht.transport import RpcClient, SocketSetup
 DEFAULT_TIMEOUT = 5.0  # seconds a command may take, elections and retries included
 ASK_TIMEOUT = 1.0  # seconds one member is waited for before the next is asked
 RETRY_PAUSE = 0.05  # seconds between asks while a group elects its leader
+RELOOK_AFTER = 0.5  # seconds of members naming no leader before the ring is asked again who they are
 MAX_CANDIDATES = 8  # members asked in turn when the leader is not known
 DOWN_FOR = 0.5  # seconds a member that did not answer is not asked again (its group elects meanwhile)
 
@@ -134,6 +135,7 @@ class ConsensusClient:
         candidates = [leader] if leader else []
         remembered = [m for m in self._groups.get(arc, []) if m != leader]  # asked before the ring is: a
         last = "no member of its group answered"  # lookup through a moving ring can take seconds
+        looked_at = time.monotonic()  # when the members asked were last looked up (or remembered)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -143,7 +145,7 @@ class ConsensusClient:
             if not candidates and remembered:
                 candidates, remembered = remembered, []
             elif not candidates:
-                candidates = self._members(arc)
+                candidates, looked_at = self._members(arc), time.monotonic()
                 if candidates:
                     self._groups[arc] = list(candidates)
                 else:
@@ -178,10 +180,13 @@ class ConsensusClient:
             if isinstance(hint, str) and "#" in hint and endpoint_of(hint) != target:
                 candidates.insert(0, endpoint_of(hint))
             elif hint is None and "not the leader" in error:
-                # it is electing one, or it left the group (a leader that removed itself knows no other):
-                # the next member, and once every one was asked, the ring again for who holds the group
+                # it is electing one (ask the members in turn again shortly), or it left the group (a leader
+                # that removed itself knows no other): after RELOOK_AFTER of such answers, the ring again
                 self._leaders.pop(arc, None)
-                self._groups.pop(arc, None)
+                if time.monotonic() - looked_at >= RELOOK_AFTER:
+                    candidates, remembered, looked_at = [], [], time.monotonic()
+                else:
+                    candidates.append(target)
                 time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
             elif "send it again" in error or "try later" in error:
                 candidates.insert(0, target)

@@ -323,8 +323,8 @@ def test_a_client_whose_leader_left_the_group_asks_the_ring_again(ring_factory):
     leader of those groups); the client then asks the ring who holds the group, and its next command
     is answered well within its timeout.
 
-    To see it fail: ask the same member again after such an answer (`candidates.append(target)` in
-    `ConsensusClient._ask` instead of forgetting it: every command times out at the first node)."""
+    To see it fail: never ask the ring again after such answers (`RELOOK_AFTER` never reached in
+    `ConsensusClient._ask`: every command times out at the first node)."""
     ring = ring_factory()
     first = ring.start(1)[0]
     half = 1 << 63
