@@ -25,7 +25,11 @@ What is here, by the paper's sections:
   its lease at once (`leader_gone`) and the survivors stand a few ticks apart, so a dead leader is
   replaced in a few ticks rather than an election timeout;
 - membership changes one server at a time (thesis §4.1): a configuration entry takes effect when it
-  is appended, and only one may be uncommitted at a time. A member removed while it was cut off never
+  is appended, and only one may be uncommitted at a time. A leader whose removal commits hands over
+  (thesis §3.10): it tells the member that holds most of its log to stand at once (`TimeoutNow`), and
+  that member's votes say so (`transfer`), so its voters give up the lease of the leader that left
+  instead of waiting it out: the group is without a leader for a round trip, not an election
+  timeout. A member removed while it was cut off never
   receives the entry that removed it, and would stand in elections its old configuration's members
   refuse for ever (thesis §4.2.3's disruptive servers): a member whose committed configuration leaves
   the candidate out says so in its refusal, and the candidate stands no more until it hears a leader
@@ -56,13 +60,15 @@ from dht.raft_messages import (
     Ready,
     Snapshot,
     SnapshotReply,
+    TimeoutNow,
     Vote,
     VoteReply,
 )
 from dht.raft_snapshots import SNAPSHOT_CHUNK, Compaction
 
 __all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "PRE_CANDIDATE", "SNAPSHOT_CHUNK", "Append", "AppendReply", "Entry",
-           "Message", "NotLeader", "Raft", "Ready", "Snapshot", "SnapshotReply", "Vote", "VoteReply"]
+           "Message", "NotLeader", "Raft", "Ready", "Snapshot", "SnapshotReply", "TimeoutNow", "Vote",
+           "VoteReply"]
 
 MAX_APPEND = 64  # entries in one append message at most (a follower far behind catches up in steps)
 MAX_APPEND_BYTES = 256 * 1024  # and their data at most this much (one entry at least)
@@ -221,7 +227,7 @@ class Raft(Compaction):
         if msg.dst != self.id:
             return
         if msg.term > self.term:
-            if isinstance(msg, Vote) and self._in_lease():
+            if isinstance(msg, Vote) and self._in_lease() and not msg.transfer:
                 if self._removed(msg.src):  # (no vote, no term raised; but told it was removed)
                     self._out.append(VoteReply(self.id, msg.src, self.term, False, msg.pre, self._removed(msg.src)))
                 return  # a leader is alive for us: no vote, no term raised (thesis §4.2.3, leases)
@@ -243,6 +249,9 @@ class Raft(Compaction):
             self._on_snapshot(msg)
         elif isinstance(msg, SnapshotReply):
             self._on_snapshot_reply(msg)
+        elif isinstance(msg, TimeoutNow):
+            if msg.term == self.term and self.role == FOLLOWER and self.stands:
+                self._campaign(pre=False, transfer=True)  # its leader left the group and stepped down
 
     # -- elections ---------------------------------------------------------------------------------------
     def _quorum(self) -> int:
@@ -251,7 +260,7 @@ class Raft(Compaction):
     def _in_lease(self) -> bool:
         return self.role == LEADER or self.since_leader < self.election_ticks
 
-    def _campaign(self, pre: bool) -> None:
+    def _campaign(self, pre: bool, transfer: bool = False) -> None:
         self.elapsed = 0
         low = HURRY_GAP if self.hurried else self.election_ticks
         self.timeout = self.random(low, 2 * self.election_ticks - 1)
@@ -270,7 +279,7 @@ class Raft(Compaction):
         term = self.term + 1 if pre else self.term
         for peer in self.members:
             if peer != self.id:
-                self._out.append(Vote(self.id, peer, term, self.last_index, self.last_term, pre))
+                self._out.append(Vote(self.id, peer, term, self.last_index, self.last_term, pre, transfer))
 
     def _on_vote(self, msg: Vote) -> None:
         up_to_date = (msg.last_term, msg.last_index) >= (self.last_term, self.last_index)
@@ -419,7 +428,8 @@ class Raft(Compaction):
 
     def _advance_commit(self) -> None:
         """The highest index a majority holds, if it is of this term (§5.4.2: never by counting an
-        older term's entry, Figure 8). A leader whose removal is committed leads no more."""
+        older term's entry, Figure 8). A leader whose removal is committed leads no more, and tells the
+        member that holds most of its log to stand at once (`TimeoutNow`)."""
         members = self.members
         matched = sorted((self.last_index if p == self.id else self.match_index.get(p, 0) for p in members),
                          reverse=True)
@@ -427,7 +437,10 @@ class Raft(Compaction):
         if n > self.commit and self.term_at(n) == self.term:
             self.commit = n
         if self.role == LEADER and self.id not in members and self._config_index() <= self.commit:
+            heir = max(members, key=lambda p: (self.match_index.get(p, 0), p), default=None)
             self._become_follower(self.term, None)
+            if heir is not None:  # the most up-to-date member stands at once (thesis §3.10)
+                self._out.append(TimeoutNow(self.id, heir, self.term))
 
     def _config_index(self) -> int:
         return self._configs[-1] if self._configs else 0

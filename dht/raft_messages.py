@@ -34,6 +34,17 @@ class Vote:
     last_index: int
     last_term: int
     pre: bool = False
+    transfer: bool = False  # asked by a leader that stepped down (TimeoutNow): voters give up its lease
+
+
+@dataclass(frozen=True)
+class TimeoutNow:
+    """Leadership transfer (thesis §3.10): a leader that leaves its group tells its most up-to-date
+    follower to stand at once, rather than have the group wait out an election timeout."""
+
+    src: str
+    dst: str
+    term: int
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,7 @@ class SnapshotReply:
     sent: int = 0
 
 
-Message = Vote | VoteReply | Append | AppendReply | Snapshot | SnapshotReply
+Message = Vote | VoteReply | Append | AppendReply | Snapshot | SnapshotReply | TimeoutNow
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dht.raft import (
     Message,
     Snapshot,
     SnapshotReply,
+    TimeoutNow,
     Vote,
     VoteReply,
 )
@@ -32,7 +33,12 @@ def encode(msg: Message) -> dict:
     """`msg` as a map of msgpack types."""
     head = {"src": msg.src, "dst": msg.dst, "term": msg.term}
     if isinstance(msg, Vote):
-        return {"k": "vote", **head, "last_index": msg.last_index, "last_term": msg.last_term, "pre": msg.pre}
+        vote = {"k": "vote", **head, "last_index": msg.last_index, "last_term": msg.last_term, "pre": msg.pre}
+        if msg.transfer:
+            vote["transfer"] = True
+        return vote
+    if isinstance(msg, TimeoutNow):
+        return {"k": "timeout_now", **head}
     if isinstance(msg, VoteReply):
         reply = {"k": "vote_reply", **head, "granted": msg.granted, "pre": msg.pre}
         if msg.removed:
@@ -57,7 +63,10 @@ def decode(body: Any) -> Message:  # noqa: ANN401 - anything the network brings
     kind = body.get("k")
     head = (_member(body, "src"), _member(body, "dst"), _uint(body, "term"))
     if kind == "vote":
-        return Vote(*head, _uint(body, "last_index"), _uint(body, "last_term"), _flag(body, "pre"))
+        return Vote(*head, _uint(body, "last_index"), _uint(body, "last_term"), _flag(body, "pre"),
+                    _flag(body, "transfer"))
+    if kind == "timeout_now":
+        return TimeoutNow(*head)
     if kind == "vote_reply":
         return VoteReply(*head, _flag(body, "granted"), _flag(body, "pre"),
                          _uint(body, "removed") if "removed" in body else 0)

@@ -94,8 +94,18 @@ def apply(tree: Path, m: Mutant) -> str:
     return before
 
 
+ONE_NETWORK = threading.Lock()  # Mininet tests one at a time, as in the suite: their hosts and switches share names
+
+
 def run_test(tree: Path, venv: Path, m: Mutant, timeout: float) -> tuple[bool, float]:
     """(whether the test failed, seconds)."""
+    if m.test.startswith("tests/mininet/"):
+        with ONE_NETWORK:
+            return _run_test(tree, venv, m, timeout)
+    return _run_test(tree, venv, m, timeout)
+
+
+def _run_test(tree: Path, venv: Path, m: Mutant, timeout: float) -> tuple[bool, float]:
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
     env.pop("PYTHONPATH", None)
     t0 = time.monotonic()

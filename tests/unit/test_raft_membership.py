@@ -68,3 +68,26 @@ def test_a_member_removed_while_cut_off_is_told_so_and_stands_no_more_until_a_le
     lead.propose(members=(*rest, gone))
     c.run(3 * E)
     assert stale.stands and stale.log == lead.log, "added again, it is a member like any other"
+
+
+def test_a_leader_that_leaves_its_group_hands_over_within_a_few_ticks():
+    """A leader whose removal commits steps down and tells the member holding most of its log to stand
+    at once; that member's votes say so, and its voters, who heard the old leader a tick ago, give up
+    its lease: a new leader within a few ticks, not once the old leader's lease has run out (`E` ticks).
+    To see it fail: send no `TimeoutNow` (`heir = None` in `_advance_commit`), or let the voters keep
+    the lease (`and not msg.transfer` dropped in `step`)."""
+    c = Cluster(4, seed=11)
+    lead = c.await_leader()
+    c.run(E)
+    rest = tuple(i for i in c.ids if i != lead.id)
+    lead.propose(members=rest)
+    for _ in range(2 * E):
+        c.tick()
+        if lead.role != LEADER:
+            break
+    assert lead.role != LEADER, "a leader whose removal is committed leads no more"
+    ticks, new = 0, None
+    while new is None and ticks < E - 1:
+        c.tick()
+        ticks, new = ticks + 1, c.leader()
+    assert new is not None and new.id in rest and ticks <= 4, f"no leader {ticks} ticks after it left"

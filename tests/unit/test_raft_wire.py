@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dht.raft import Append, AppendReply, Entry, Raft, Vote, VoteReply
+from dht.raft import Append, AppendReply, Entry, Raft, TimeoutNow, Vote, VoteReply
 from dht.raft_wire import decode, encode
 from dht.wire import WireError
 
@@ -31,7 +31,8 @@ def appends(draw: st.DrawFn) -> Append:
     return Append(draw(member), draw(member), draw(uint), prev, draw(uint), entries, draw(uint), draw(uint))
 
 
-messages = (st.builds(Vote, member, member, uint, uint, uint, st.booleans())
+messages = (st.builds(Vote, member, member, uint, uint, uint, st.booleans(), st.booleans())
+            | st.builds(TimeoutNow, member, member, uint)
             | st.builds(VoteReply, member, member, uint, st.booleans(), st.booleans(), uint)
             | appends()
             | st.builds(AppendReply, member, member, uint, st.booleans(), uint, uint))
