@@ -351,8 +351,8 @@ def test_a_client_whose_leader_left_the_group_asks_the_ring_again(ring_factory):
 def test_a_member_that_joins_after_the_log_was_compacted_gets_the_keys_from_a_snapshot(ring_factory):
     """Enough writes to one arc that its group folds its log into a snapshot; one member's process is
     killed and a new process joins, which the group's leader adds in its place: all it can get of the
-    early writes is the snapshot. Then a second old member is killed: the new one and the last old one
-    are the majority, and every key is there with its version.
+    early writes is the snapshot. Then a second old member is replaced the same way, and the last old
+    one is killed: the two newcomers are the majority, and every key is there with its version.
 
     To see it fail: make `Group.ready` never compact (the log is not folded: no snapshot is sent, and
     the test's check that one was taken fails), or restore nothing from it (`rd.snapshot` ignored: the
@@ -378,20 +378,24 @@ def test_a_member_that_joins_after_the_log_was_compacted_gets_the_keys_from_a_sn
         for c in clients:
             c.close()
     first, second, keeper = ring.nodes
+
+    def holds_it(node) -> bool:  # noqa: ANN001 - a NodeProcess
+        """In the group, with everything written, from a snapshot: the leader's, since it was not there to
+        take its own."""
+        with DhtClient(keeper.endpoint) as dht:
+            member = dht.info(node.endpoint)["services"]["consensus"]
+        g = groups_of([node.endpoint])[node.endpoint].get(str(arc))
+        return bool(g) and g["commit"] >= max(versions.values()) and member in g["members"] and g["snapshot"] > 0
+
     ring.kill(second)
     newcomer = ring.add(join=first.endpoint)
-    live = [first.endpoint, keeper.endpoint, newcomer.endpoint]
-
-    def newcomer_holds_it() -> bool:
-        g = groups_of([newcomer.endpoint])[newcomer.endpoint].get(str(arc))
-        return bool(g) and g["commit"] >= max(versions.values()) and newcomer_member() in g["members"] \
-            and g["snapshot"] > 0  # (it holds a snapshot: the leader's, since it was not there to take its own)
-
-    def newcomer_member() -> str:
-        with DhtClient(first.endpoint) as dht:
-            return dht.info(newcomer.endpoint)["services"]["consensus"]
-    wait_for(lambda: every_group_has(live, 3) and newcomer_holds_it(), timeout=60, what="the newcomer in the group")
+    wait_for(lambda: every_group_has([first.endpoint, keeper.endpoint, newcomer.endpoint], 3) and holds_it(newcomer),
+             timeout=60, what="the newcomer in the group")
     ring.kill(first)
-    with ConsensusClient(keeper.endpoint, timeout=15) as client:
+    later = ring.add(join=keeper.endpoint)
+    wait_for(lambda: every_group_has([keeper.endpoint, newcomer.endpoint, later.endpoint], 3) and holds_it(later),
+             timeout=60, what="a second newcomer in the group")
+    ring.kill(keeper)  # the group's majority is the two newcomers: whichever leads answers from a snapshot
+    with ConsensusClient(newcomer.endpoint, timeout=15) as client:
         for k in keys[:20] + keys[-5:]:
             assert client.get(k) == (k.encode(), versions[k]), k
