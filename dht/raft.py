@@ -29,11 +29,11 @@ What is here, by the paper's sections:
   (thesis §3.10): it tells the member that holds most of its log to stand at once (`TimeoutNow`), and
   that member's votes say so (`transfer`), so its voters give up the lease of the leader that left
   instead of waiting it out: the group is without a leader for a round trip, not an election
-  timeout. A member removed while it was cut off never
-  receives the entry that removed it, and would stand in elections its old configuration's members
-  refuse for ever (thesis §4.2.3's disruptive servers): a member whose committed configuration leaves
-  the candidate out says so in its refusal, and the candidate stands no more until it hears a leader
-  or its log holds that configuration (`stands`; liveness only: it still votes and replicates);
+  timeout. A member removed while it was cut off never receives the entry that removed it, and would
+  stand in elections its old configuration's members refuse for ever (thesis §4.2.3's disruptive
+  servers): a member whose committed configuration leaves the candidate out says so in its refusal,
+  and the candidate stands no more until it hears a leader or its log holds that configuration
+  (`stands`; liveness only: it still votes and replicates);
 - log compaction (§7): the caller folds the applied prefix into a snapshot of its state (`compact`),
   and a leader sends a follower that lags behind it the snapshot instead, in chunks
   (InstallSnapshot), which the follower's caller restores (`Ready.snapshot`) before applying more.
@@ -130,7 +130,7 @@ class Raft(Compaction):
     def stands(self) -> bool:
         """Whether this member stands in elections: it is in its configuration, and no member has told
         it of a newer committed one that leaves it out."""
-        return self.id in self.members and self.retired <= self._config_in_force()
+        return self.id in self.members and self.retired <= self._config_index()
 
     @property
     def snap_index(self) -> int:
@@ -228,8 +228,8 @@ class Raft(Compaction):
             return
         if msg.term > self.term:
             if isinstance(msg, Vote) and self._in_lease() and not msg.transfer:
-                if self._removed(msg.src):  # (no vote, no term raised; but told it was removed)
-                    self._out.append(VoteReply(self.id, msg.src, self.term, False, msg.pre, self._removed(msg.src)))
+                if removed := self._removed(msg.src):  # (no vote, no term raised; but told it was removed)
+                    self._out.append(VoteReply(self.id, msg.src, self.term, False, msg.pre, removed))
                 return  # a leader is alive for us: no vote, no term raised (thesis §4.2.3, leases)
             if isinstance(msg, Vote) and msg.pre:
                 pass  # a pre-vote does not change our term
@@ -298,11 +298,11 @@ class Raft(Compaction):
 
     def _removed(self, member: str) -> int:
         """The index of our configuration if it is committed and leaves `member` out, else 0."""
-        config = self._config_in_force()
+        config = self._config_index()
         return config if member not in self.members and config <= self.commit else 0
 
     def _on_vote_reply(self, msg: VoteReply) -> None:
-        if not msg.granted and msg.removed > self._config_in_force():
+        if not msg.granted and msg.removed > self._config_index():
             self.retired = max(self.retired, msg.removed)  # removed while cut off: stand no more
             if self.role in (PRE_CANDIDATE, CANDIDATE):
                 self._become_follower(self.term, None)
@@ -443,10 +443,8 @@ class Raft(Compaction):
                 self._out.append(TimeoutNow(self.id, heir, self.term))
 
     def _config_index(self) -> int:
-        return self._configs[-1] if self._configs else 0
-
-    def _config_in_force(self) -> int:
-        """The index of the configuration in force (a snapshot's: the snapshot's own, an upper bound)."""
+        """The index of the configuration in force (one folded into the snapshot: the snapshot's own index,
+        an upper bound, and committed like it)."""
         return self._configs[-1] if self._configs else self.snap_index
 
 
