@@ -54,6 +54,15 @@ class Etcd:
     """Three etcd members on loopback, and a tiny client of their v3 JSON gateway."""
 
     def __init__(self, workdir: Path) -> None:
+        self.procs: list[subprocess.Popen] = []
+        try:
+            self._start(workdir)
+        except TimeoutError:
+            logs = "; ".join(f"m{i}: {_tail(workdir / f'etcd-{i}.log')}" for i in range(3))
+            self.stop()  # (members left running would outlive the benchmark)
+            raise TimeoutError(f"no etcd leader within 30 s ({logs})") from None
+
+    def _start(self, workdir: Path) -> None:
         ports = free_ports(6)
         self.clients = [f"127.0.0.1:{p}" for p in ports[:3]]
         peers = [f"http://127.0.0.1:{p}" for p in ports[3:]]
@@ -68,7 +77,7 @@ class Etcd:
                  peers[i], "--initial-cluster", cluster, "--initial-cluster-state", "new",
                  "--heartbeat-interval", "100", "--election-timeout", "1000"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for(self.leader, timeout=30, what="an etcd leader")
+        wait_for(lambda: self.leader() is not None, timeout=30, what="an etcd leader")  # (member 0 is falsy)
 
     def call(self, conn: http.client.HTTPConnection, path: str, body: dict) -> dict:
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
@@ -98,6 +107,15 @@ class Etcd:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        self.procs = []
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "empty log"
 
 
 class EtcdWriter:

@@ -11,7 +11,11 @@ What is here, by the paper's sections:
 - leader election (§5.2) with randomized election timeouts, and pre-vote (thesis §9.6): a node cut
   off from its group asks first whether it could win, so it does not raise the term of the others
   when it comes back;
-- log replication (§5.3) with the consistency check and the leader's back-off to a follower's log;
+- log replication (§5.3) with the consistency check and the leader's back-off to a follower's log. A
+  command proposed while a follower has an append unanswered goes to it with that append's reply (or
+  the next heartbeat), not in an append of its own: with sixteen clients' commands under way, an
+  append for each carried every entry not yet answered again, and a follower still decoding them saw
+  its leader's death late (etcd's flow control does the same);
 - safety (§5.4): a vote only for a candidate whose log is at least as up to date, and a leader commits
   by counting replicas only for an entry of its own term (§5.4.2, Figure 8);
 - leases (thesis §6.4): a member that heard from a leader within `election_ticks` neither votes nor
@@ -98,6 +102,7 @@ class Raft(Compaction):
         self._configs = [e.index for e in self.log if e.members is not None]  # configuration entries, in order
         self.commit = self.applied = self.snapshot[0]
         self._sending: dict[str, tuple[int, int]] = {}  # leader: peer -> (snapshot index, offset) it sends next
+        self._in_flight: dict[str, int] = {}  # leader: peer -> the tick an append with entries went, unanswered
         self._receiving: tuple[int, int, bytearray] | None = None  # follower: a snapshot's index, term, bytes
         self._restored: bytes | None = None  # a snapshot installed, for the caller to restore
         self.role = FOLLOWER
@@ -217,7 +222,9 @@ class Raft(Compaction):
             if self._config_index() > self.commit:
                 raise ValueError("a configuration change is already under way")
         self._append([Entry(self.term, self.last_index + 1, data, members)])
-        self._broadcast_append()
+        for peer in self.members:  # a follower with an append in flight gets this entry with its reply
+            if peer != self.id and self.now - self._in_flight.get(peer, -self.heartbeat_ticks) >= self.heartbeat_ticks:
+                self._send_append(peer)
         self._advance_commit()
         return self.last_index
 
@@ -332,7 +339,7 @@ class Raft(Compaction):
         self.leader = self.id
         self.hurried = False
         self.elapsed = 0
-        self.acked = {}
+        self.acked, self._in_flight = {}, {}
         self.next_index = {p: self.last_index + 1 for p in self.members}
         self.match_index = {p: 0 for p in self.members}
         self._append([Entry(self.term, self.last_index + 1)])  # a no-op of its term: commits what came before
@@ -370,6 +377,8 @@ class Raft(Compaction):
             if entries and size > MAX_APPEND_BYTES:
                 break
             entries.append(e)
+        if entries:
+            self._in_flight[peer] = self.now
         self._out.append(Append(self.id, peer, self.term, nxt - 1, self.term_at(nxt - 1), tuple(entries),
                                 self.commit, self.now))
 
@@ -413,6 +422,7 @@ class Raft(Compaction):
         if self.role != LEADER or msg.term != self.term or msg.src not in self.members:
             return
         self.acked[msg.src] = max(self.acked.get(msg.src, -self.election_ticks), msg.sent)
+        self._in_flight.pop(msg.src, None)
         if msg.success:
             self._sending.pop(msg.src, None)
             if msg.index > self.match_index.get(msg.src, 0):
