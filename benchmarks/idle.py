@@ -1,4 +1,4 @@
-"""What an idle ring costs: CPU per node per second, and the maintenance messages behind it.
+"""What an idle ring costs: CPU and bytes sent per node per second, and the maintenance messages behind them.
 
     python benchmarks/idle.py [--nodes 16] [--seconds 60] [--settle 60] [--stabilize 0.5,0.2] [--quiet-stretch S]
                               [--baseline REV [--baseline-python PY] [--baseline-quiet-stretch S]] [--json]
@@ -9,9 +9,10 @@ options otherwise) is started and left alone until it is consistent with every f
 processes' CPU is read from /proc (user + system ticks, so libzmq's I/O threads and the kernel's work
 for them count too) with the requests their maintenance sent and the rounds it ran (the nodes' own
 counters, `node info`, read before the settling and after the window: a client's call is news that
-woke every node of older revisions). With --baseline REV, a second ring runs the code of that git revision (its
-tree, extracted to a temporary directory) beside the first, over the same window: the ratio between
-them is measured in one run on one machine.
+woke every node of older revisions), and the bytes they sent (replies, requests, record events and
+consensus messages, from the same counters, over the settling and the window). With --baseline REV, a
+second ring runs the code of that git revision (its tree, extracted to a temporary directory) beside the
+first, over the same window: the ratios between them are measured in one run on one machine.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def counters(ring: LocalRing) -> dict[str, tuple[int, int]]:
-    """(maintenance requests sent, rounds run) per node."""
+def counters(ring: LocalRing) -> dict[str, tuple[int, int, int]]:
+    """(maintenance requests sent, rounds run, bytes sent) per node: the bytes of its replies, its own
+    requests and its record events, and of its consensus groups' messages (none in revisions without)."""
     with DhtClient(ring.nodes[0].endpoint, timeout=5.0) as client:
         out = {}
         for n in ring.nodes:
             info = client.info(n.endpoint)
-            out[n.endpoint] = (info["traffic"].get("requests", 0), info["rounds"])
+            sent = (info.get("load") or {}).get("bytes_out") or 0
+            sent += (info.get("consensus") or {}).get("bytes_out", 0)
+            out[n.endpoint] = (info["traffic"].get("requests", 0), info["rounds"], sent)
         return out
 
 
@@ -83,10 +87,12 @@ def measure(rings: dict[str, LocalRing], settle: float, seconds: float) -> dict[
         cpu = [(cpu_ticks(p) - ticks0[p]) / tick / elapsed for p in pids]
         requests = sum(sent1[e][0] - sent0[e][0] for e in sent0)
         rounds = sum(sent1[e][1] - sent0[e][1] for e in sent0)
+        sent_bytes = sum(sent1[e][2] - sent0[e][2] for e in sent0)
         out[name] = {"nodes": len(pids), "cpu_percent_per_node": 100 * sum(cpu) / len(cpu),
                      "cpu_percent_max": 100 * max(cpu),
                      "requests_per_node_s": requests / (elapsed + settle) / len(pids),
-                     "requests_per_round": requests / max(rounds, 1), "seconds": elapsed}
+                     "requests_per_round": requests / max(rounds, 1),
+                     "bytes_per_node_s": sent_bytes / (elapsed + settle) / len(pids), "seconds": elapsed}
     return out
 
 
@@ -126,15 +132,19 @@ def main() -> None:
                                            if k != "seconds"}}
             if base_tree is not None:
                 row["ratio"] = result["this"]["cpu_percent_per_node"] / result["baseline"]["cpu_percent_per_node"]
+                row["bytes_ratio"] = (result["this"]["bytes_per_node_s"]
+                                      / max(result["baseline"]["bytes_per_node_s"], 1e-9))
             rows.append(row)
             if not args.json:
                 line = (f"stabilize {period:g} s: {result['this']['cpu_percent_per_node']:.3f} % of a core per node "
                         f"(max {result['this']['cpu_percent_max']:.3f}), "
-                        f"{result['this']['requests_per_round']:.2f} requests a round")
+                        f"{result['this']['requests_per_round']:.2f} requests a round, "
+                        f"{result['this']['bytes_per_node_s']:.0f} bytes sent per node per second")
                 if base_tree is not None:
                     b = result["baseline"]
                     line += (f"; {args.baseline}: {b['cpu_percent_per_node']:.3f} % "
-                             f"({b['requests_per_round']:.2f} requests a round): ratio {row['ratio']:.2f}")
+                             f"({b['requests_per_round']:.2f} requests a round, {b['bytes_per_node_s']:.0f} "
+                             f"bytes/s): CPU ratio {row['ratio']:.2f}, bytes ratio {row['bytes_ratio']:.2f}")
                 print(line, flush=True)
     if args.json:
         print(json.dumps({"nodes": args.nodes, "seconds": args.seconds, "baseline": args.baseline, "rows": rows}))

@@ -60,7 +60,11 @@ class ConsensusService:
 
     def __init__(self, bind: str, host: str, replicas: int,
                  locate: Callable[[int, dict], list[str] | None], setup: SocketSetup | None = None,
-                 port: int = 0, bits: int = 64, context: zmq.Context | None = None) -> None:
+                 port: int = 0, bits: int = 64, context: zmq.Context | None = None,
+                 forget: Callable[[], None] = lambda: None) -> None:
+        """`locate(end, known)`: who the ring wants holding the arc ending at `end` (a placement pass's
+        call); `forget()`: the ring moved, or a peer's process died, so what `locate` remembers from
+        earlier passes is asked again."""
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(zmq.ROUTER)
         base_options(self.socket)
@@ -70,7 +74,7 @@ class ConsensusService:
         self.id = f"{self.endpoint}#{secrets.token_hex(4)}"
         # the member that started the ring's groups: groups of a ring started apart (then merged) never mix
         self.genesis: str | None = None
-        self.replicas, self.bits, self.locate = replicas, bits, locate
+        self.replicas, self.bits, self.locate, self.forget = replicas, bits, locate, forget
         # watching: a member's process that dies closes our connection to it, which wakes our groups
         self.peers = RpcClient(timeout=1.0, retries=0, setup=setup, context=self.context, watch=True)
         self.random = random.Random()
@@ -130,11 +134,12 @@ class ConsensusService:
 
     def summary(self) -> dict:
         """What `node info` shows (from any thread): groups held, led and awake, and what was dropped:
-        malformed or foreign-ring messages (`rejected`) and loop turns that failed (`failures`)."""
+        malformed or foreign-ring messages (`rejected`) and loop turns that failed (`failures`); the
+        consensus messages and bytes it sent (what groups cost the ring)."""
         groups = list(self.groups.values())
         return {"member": self.id, "groups": len(groups), "led": sum(g.is_leader for g in groups),
                 "awake": len(self.awake), "rejected": self.reject_log.count, "failures": self.failures,
-                "leaders_lost": self.leaders_lost}
+                "leaders_lost": self.leaders_lost, "messages_out": self.messages_out, "bytes_out": self.bytes_out}
 
     def state(self) -> dict:
         """Each group's role, term, leader and members, for `info` and the tests (from any thread)."""
@@ -215,12 +220,14 @@ class ConsensusService:
                 for arc in range(ARCS):
                     self._group(arc, (self.id,))
             elif kind == "ring":  # the groups this process leads look again (awake only if they must change)
+                self.forget()
                 self.wanted.clear()
                 self._moves += 1
                 for arc, g in self.groups.items():
                     if g.is_leader:
                         self._place_later(arc)
             elif kind == "died":  # a peer's process died: its groups' followers must see whether it led
+                self.forget()  # (and a member's process that comes back is a new member)
                 closed = self.peers.closed()
                 for arc, g in self.groups.items():
                     self.awake.add(arc)

@@ -76,7 +76,7 @@ class ChordHost:
         # the arcs' consensus groups (dht/arcs.py); the ring's first process starts them all
         self.placement = Placement(self.server.endpoint, config.replicas, setup)
         self.consensus = ConsensusService(config.bind or config.host, config.host, config.replicas,
-                                          locate=self.placement.wanted, setup=setup,
+                                          locate=self.placement.wanted, forget=self.placement.forget, setup=setup,
                                           port=config.ports + 3 if config.ports else 0, bits=config.bits)
         config.services[SERVICE] = self.consensus.id
         shared.consensus = self.consensus.summary

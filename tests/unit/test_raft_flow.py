@@ -10,7 +10,7 @@ its loop): sixteen commands send the follower sixteen appends and 136 entries.""
 from __future__ import annotations
 
 from dht.raft import Append, AppendReply
-from tests.unit.test_raft import E, Cluster
+from tests.unit.test_raft import Cluster, E
 
 
 def appends_to(node, dst: str) -> list[Append]:  # noqa: ANN001 - a Raft
