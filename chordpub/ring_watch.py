@@ -36,24 +36,35 @@ def watch(client: DhtClient, endpoint: str, interval: float, seconds: float | No
     live_table = console.is_terminal and not as_json and seconds != 0
     end = None if seconds is None else time.monotonic() + seconds
     live = Live(console=console, auto_refresh=False, transient=False) if live_table else None
-    stop = threading.Event()  # Ctrl-C ends the loop between two looks, never inside rich's drawing (where
-    main = threading.current_thread() is threading.main_thread()  # an interrupt can leave its lock held)
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
+    # Ctrl-C cuts a look short (pinging a gone node takes its timeout), but never rich's drawing, where an
+    # interrupt can leave its lock held: then the loop ends after the frame. Plain flags, no Event: a
+    # handler that takes a lock the interrupted code holds never returns (a watch that ignored Ctrl-C)
+    asked = {"stop": False, "drawing": False}
+    main = threading.current_thread() is threading.main_thread()
+
+    def interrupted(*_: object) -> None:
+        asked["stop"] = True
+        if not asked["drawing"]:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted) if main else None
     try:
         if live is not None:
             live.start()
-        while not stop.is_set():
+        while not asked["stop"]:
             started = time.monotonic()
             snapshot = look(client, endpoint, view, started)
+            asked["drawing"] = True
             if as_json:
                 print(json.dumps(snapshot), flush=True)
             elif live is not None:
                 live.update(render(snapshot, interval), refresh=True)
             else:
                 console.print(render(snapshot, interval if seconds != 0 else None))
-            if end is not None and time.monotonic() >= end:
+            asked["drawing"] = False
+            if asked["stop"] or (end is not None and time.monotonic() >= end):
                 return
-            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))  # the pace; Ctrl-C ends it
     except KeyboardInterrupt:
         return
     except BrokenPipeError:  # `ring watch --json | head -1`: the reader has seen enough

@@ -62,9 +62,8 @@ class ConsensusService:
                  locate: Callable[[int, dict], list[str] | None], setup: SocketSetup | None = None,
                  port: int = 0, bits: int = 64, context: zmq.Context | None = None,
                  forget: Callable[[], None] = lambda: None) -> None:
-        """`locate(end, known)`: who the ring wants holding the arc ending at `end` (a placement pass's
-        call); `forget()`: the ring moved, or a peer's process died, so what `locate` remembers from
-        earlier passes is asked again."""
+        """`locate(end, known)`: who should hold the arc ending at `end`; `forget()`: the ring moved or a
+        peer died, so what `locate` remembers from earlier passes is asked again."""
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(zmq.ROUTER)
         base_options(self.socket)

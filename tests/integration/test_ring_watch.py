@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 
@@ -128,3 +130,36 @@ def test_watch_and_node_info_print_a_nodes_id_alike(ring):
     shown = [line.split() for line in table.stdout.splitlines() if line.strip().startswith(node.endpoint)]
     assert shown and shown[0][1] == str(node.id), table.stdout
     assert str(node.id) in info.stdout, info.stdout
+
+
+LOOKING = """
+import time
+from chordpub import ring_watch
+def look(*args):
+    print("looking", flush=True)
+    time.sleep(5)  # a look waiting out the timeouts of nodes that do not answer
+    return {}
+ring_watch.look = look
+ring_watch.watch(None, "127.0.0.1:1", 0.25, None, True)
+"""
+
+
+def test_ctrl_c_cuts_a_look_short():
+    """Ctrl-C stops `ring watch` at once, even in the middle of a look (one that pings nodes gone or
+    stopped waits out their timeouts): a watch that waited for the look to end ignored it for 10 s under
+    a loaded machine's timeouts.
+
+    To see it fail: make the SIGINT handler in chordpub/ring_watch.py only ask the loop to stop (no
+    KeyboardInterrupt): the look is waited for, 5 s."""
+    child = subprocess.Popen([sys.executable, "-c", LOOKING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "looking\n"
+        asked = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=10) == 0
+        stopped = time.monotonic() - asked
+        assert stopped < 2.0, f"Ctrl-C stopped the watch only after {stopped:.1f}s: the look was waited for"
+        assert child.stdout.read() == ""  # no frame after Ctrl-C: the look was cut, not finished
+    finally:
+        child.kill()
+        child.wait()
