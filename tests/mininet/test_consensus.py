@@ -10,8 +10,8 @@ Checked, each by its own test on the one run:
 - never two leaders: no two candidates' leadership intervals overlap, and epochs grow from one grant to
   the next; a leader SIGKILLed is replaced within 2 s; after every heal a leader is back within 2 s;
 - the keys' history (5 clients, 10 keys, invocation and completion times and results) is linearizable
-  (tests/helpers/linearizable.py; tests/unit/test_kv_linearizable.py shows it refusing a group that
-  serves reads from any member without the log);
+  (tests/helpers/linearizable.py; tests/unit/test_consensus_group.py shows it refusing a group that
+  answers reads from any member without the log, `BrokenReads`);
 - fencing: the stronger publisher, cut off from its group, is replaced by the weaker under a higher
   epoch, and takes the topic back after the heal; no subscriber delivers a message of an older epoch
   after one of a newer.
