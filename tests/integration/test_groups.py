@@ -102,6 +102,7 @@ def test_a_slow_member_gets_less_never_more_than_its_prefetch_and_the_group_keep
             t0 = time.monotonic()
             most_held[name] = max(most_held[name], subs[name].summary()["held"])
             time.sleep(work[name])  # the work
+            most_held[name] = max(most_held[name], subs[name].summary()["held"])  # (its peak: what came meanwhile)
             busy[name] += time.monotonic() - t0
             got[name] += 1
             if sum(got.values()) >= total:
