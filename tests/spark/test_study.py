@@ -95,6 +95,8 @@ def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spar
     faster = sum(r["latency_p50_ms"] > d["latency_p50_ms"] for d, r in pairs)
     assert (verdicts["1"]["pairs"], verdicts["1"]["direct_faster"]) == (2, faster)
     assert verdicts["1"]["holds"] is {0: False, 1: False, 2: True}[faster]
+    ratios = sorted(r["latency_p50_ms"] / d["latency_p50_ms"] for d, r in pairs)  # relay over direct, not the
+    assert verdicts["1"]["relay_over_direct_p50_median"] == pytest.approx(sum(ratios) / 2, abs=0.0011)  # inverse
     tails = {m: sorted(points[(p, 2, m)]["latency_p99_ms"] / points[(p, 2, m)]["latency_p50_ms"] for p in (1, 2))
              for m in ("direct", "relay")}
     medians = {m: round((t[0] + t[1]) / 2, 3) for m, t in tails.items()}
