@@ -8,6 +8,9 @@ and is woken when one starts). A message published after a pause goes out at onc
 publisher's latency is unchanged, and a flood costs one send and one decode per run rather than
 per message: the per-message cost that bounded throughput on both sides.
 
+A topic still registering sends its messages at once to the subscribers already listening (`early`),
+and once registered, again only to those that came since.
+
 A direct topic's frame goes out once more for each pattern subscribed at the socket that matches the
 topic (`pubsub.envelope.wrap_for_pattern`): the patterns come from the subscribers' filters
 (pubsub/filters.py), matched once per topic and again only when a pattern comes or goes.
@@ -99,15 +102,37 @@ class Coalescer:
                     sock.send(frame)  # type: ignore[attr-defined]
         self.to_patterns(pub, frame, sock)
 
-    def early(self, pub: Publication, env: Envelope) -> None:
-        """A message held while its topic registers (pubsub/advertising.py) goes to the patterns already
-        subscribed that match it now: they listen, and need no registration of the topic to take it."""
+    def early(self, pub: Publication, env: Envelope, held: list[Envelope]) -> None:
+        """A message held while its topic registers (pubsub/advertising.py; `held` ends with it) goes at
+        once to the subscribers already listening: the exact ones whose filters the socket holds, and the
+        patterns subscribed that match it. They need no registration of the topic to take it."""
         sock = self._socket_of(pub)
-        if sock is None or self.filters is None or not self.filters.patterns:
+        filters = self.filters
+        if sock is None or filters is None:
             return
-        self.to_patterns(pub, env.encode(self._packer), sock)
-        if pub.pattern_heads:
-            pub.early_seq, pub.early_heads = env.seq, pub.early_heads | frozenset(pub.pattern_heads)
+        if pub.mode == "direct":
+            now = time.monotonic_ns()
+            if now - self._drained_ns >= DRAIN_GAP_NS:
+                self._drained_ns = now
+                self.drain()  # (a filter that came for a held topic sends what it holds: `early_exact`)
+            self.early_exact(pub, held)
+        if filters.patterns:
+            self.to_patterns(pub, env.encode(self._packer), sock)
+            if pub.pattern_heads:
+                pub.early_seq, pub.early_heads = env.seq, pub.early_heads | frozenset(pub.pattern_heads)
+
+    def early_exact(self, pub: Publication, held: list[Envelope]) -> None:
+        """What `pub` holds and has not sent yet, to the exact subscribers whose filters the socket holds;
+        everything it holds, when a filter came since the last went (its subscriber had none of them).
+        A subscriber drops by seq what comes twice."""
+        mark = self.filters.arrival("direct", pub.filter)  # type: ignore[union-attr]
+        sock = self._socket_of(pub)
+        if not mark or not held or sock is None or held[-1].seq <= pub.early_exact_seq and mark == pub.early_exact_mark:
+            return
+        start = 0 if mark != pub.early_exact_mark else max(0, pub.early_exact_seq - held[0].seq + 1)
+        for env in held[start:]:
+            sock.send(env.encode(self._packer))  # type: ignore[attr-defined]
+        pub.early_exact_seq, pub.early_exact_mark = held[-1].seq, mark
 
     def early_all(self, pub: Publication, held: list[Envelope], heads: frozenset) -> None:
         """Every message `pub` holds, to the patterns `heads` (subscribed since they were held)."""
@@ -121,8 +146,11 @@ class Coalescer:
         pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads
 
     def send_released(self, pub: Publication, env: Envelope, now: int) -> None:
-        """A held message, released: to everyone, but the patterns it went to early."""
-        if env.seq > pub.early_seq:
+        """A held message, released: to everyone, but the subscribers it went to early (its exact ones,
+        when no filter for the topic came since; the patterns it went to)."""
+        to_exact = env.seq > pub.early_exact_seq or (
+            self.filters is not None and self.filters.arrival("direct", pub.filter) != pub.early_exact_mark)
+        if to_exact and env.seq > pub.early_seq:
             self.send(pub, env, now)
             return
         sock = self._socket_of(pub)
@@ -130,9 +158,10 @@ class Coalescer:
             return
         self.send_run(pub)
         frame = env.encode(self._packer)
-        sock.send(frame)  # type: ignore[attr-defined]
+        if to_exact:
+            sock.send(frame)  # type: ignore[attr-defined]
         if self.filters is not None and self.filters.patterns:
-            self.to_patterns(pub, frame, sock, skip=pub.early_heads)
+            self.to_patterns(pub, frame, sock, skip=pub.early_heads if env.seq <= pub.early_seq else frozenset())
 
     def match(self, pub: Publication) -> None:
         """`pub.pattern_heads`: the patterns subscribed now that match its topic."""

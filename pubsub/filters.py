@@ -7,7 +7,9 @@ publish wait for, so that a subscriber listening first misses no message. A cons
 own dispatch filter is its group's business (pubsub/groups.py), handed to `groups_filter`, which says
 whether it took it. A pattern subscriber's filter (`pubsub.envelope.pattern_filter`) is kept as its
 pattern, in a trie (dht/subjects.py), so that each topic published finds the patterns it must be sent
-to (`pattern_heads`) and `held` counts those subscribers too. Pure: the caller reads the sockets,
+to (`pattern_heads`) and `held` counts those subscribers too. When an exact filter last came
+(`arrival`) tells a topic still registering whether the messages it sent early reached every
+subscriber it holds now (pubsub/coalescing.py). Pure: the caller reads the sockets,
 under its lock.
 """
 
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from dht.subjects import PatternTrie
 from pubsub.envelope import PATTERN_PREFIX, parse_pattern_filter, pattern_filter
 
+MAX_FRESH = 10_000  # exact filters that came, kept until the publishing side looks (beyond: at registration)
+
 
 class Filters:
     def __init__(self, groups_filter: Callable[[bytes, bool], bool]) -> None:
@@ -29,6 +33,8 @@ class Filters:
         self._heads: dict[str, bytes] = {}  # pattern -> its filter, the head of its frames
         self.version = 0  # moves whenever a pattern comes or goes: publications match their topic again
         self.changes = 0  # moves whenever any filter comes or goes: counts looked at before may differ now
+        self._arrived: dict[tuple[str, bytes], int] = {}  # (socket, prefix) held -> `changes` when one last came
+        self.fresh: list[bytes] = []  # direct exact prefixes that came since the publishing side last looked
 
     def message(self, socket: str, msg: bytes) -> None:
         """One message the XPUB socket named `socket` brought up (anything but a filter is ignored)."""
@@ -46,8 +52,12 @@ class Filters:
         key = (socket, prefix)
         if on:
             self._counts[key] += 1
+            self._arrived[key] = self.changes
+            if socket == "direct" and len(self.fresh) < MAX_FRESH:
+                self.fresh.append(prefix)
         elif self._counts[key] <= 1:
             self._counts.pop(key, None)
+            self._arrived.pop(key, None)
         else:
             self._counts[key] -= 1
 
@@ -84,9 +94,15 @@ class Filters:
             n += sum(self.patterns[p] for p in self._trie.match(topic))
         return n
 
+    def arrival(self, socket: str, prefix: bytes) -> int:
+        """When the last of the filters held for exactly `prefix` came (0: none is held): a message sent
+        to them is owed again to nobody while this stays the same."""
+        return self._arrived.get((socket, prefix), 0)
+
     def forget(self, socket: str) -> None:
         """The socket was closed and bound again: every peer subscribes again from scratch."""
         self._counts = Counter({k: v for k, v in self._counts.items() if k[0] != socket})
+        self._arrived = {k: v for k, v in self._arrived.items() if k[0] != socket}
         if socket == "direct" and self._heads:
             self.patterns.clear()
             self._trie, self._heads = PatternTrie(), {}

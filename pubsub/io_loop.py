@@ -302,7 +302,32 @@ class IoLoop:
         ts = self.topics.get(env.topic)
         if ts is None or ts.mode != mode or not ts.exact:
             return None  # a prefix match on a topic we do not follow (or no longer, or by a pattern's frames)
+        if env.publisher not in ts.streams and mode == "direct":
+            self._meet_publisher(ts, env.publisher)
         return self._take(ts, env, recv_ns)
+
+    def _meet_publisher(self, ts: TopicState, publisher: str) -> None:
+        """A frame of a publisher the topic's record does not name yet, on a topic we follow by its exact
+        filter: its registration is under way, and it sent us the topic's first messages at once
+        (pubsub/coalescing.py's `early`). A publisher we hold an entry of from another topic is taken
+        now, provisionally, from seq 1, as its record will have it taken (a best-effort subscription
+        without history: one whose first messages need no terms of the publisher's); its record names
+        it, or a read of the record, PROVISIONAL_BEATS heartbeats on, lets it go. Anyone else, and anyone
+        on a CURVE ring, waits among the topic's strangers for the record."""
+        handle = self.handles.get(ts.topic)
+        if handle is None or handle.positions is not None or self.setup is not None:
+            return  # (a CURVE ring authenticates its peers: there only the record names a publisher)
+        entry = self.intake.entry_for(publisher)
+        st = ts.meet(entry) if entry is not None else None
+        if st is not None:
+            self._link(st, entry.endpoint)  # type: ignore[union-attr]
+
+            def lapsed() -> None:
+                if self._alive(ts, st) and st.provisional:
+                    ts.reread = True  # its record says whether it is a publisher of the topic after all
+                    self._flush(ts)
+
+            self._later(PROVISIONAL_BEATS * max(self.heartbeat, LEAVE_HEARTBEAT), lapsed)
 
     def on_pattern_frame(self, frame: bytes, recv_ns: int) -> TopicState | None:
         """A frame for one of our patterns (pubsub/pattern_intake.py): its topic's, when the pattern takes

@@ -55,6 +55,7 @@ class PatternIntake:
     def __init__(self) -> None:
         self.takers: dict[str, PatternTaker] = {}  # pattern -> its subscription
         self._publishers: dict[str, PublisherEntry] = {}  # publisher id -> an entry of one of its topics
+        self._provisional: dict[str, PublisherEntry] = {}  # publisher id -> `entry_for` it (made once)
 
     def add(self, taker: PatternTaker) -> None:
         self.takers[taker.pattern] = taker
@@ -71,10 +72,12 @@ class PatternIntake:
         """A publisher's entry, from a topic's record or announcement: a frame of its can be followed."""
         if not entry.patterns or not entry.endpoint or not entry.repair:
             return
-        self._publishers.pop(entry.id, None)
+        if self._publishers.pop(entry.id, None) != entry:
+            self._provisional.pop(entry.id, None)
         self._publishers[entry.id] = entry
         if len(self._publishers) > MAX_PUBLISHERS_KNOWN:
-            del self._publishers[next(iter(self._publishers))]
+            self._provisional.pop(oldest := next(iter(self._publishers)), None)
+            del self._publishers[oldest]
 
     def taker_for(self, pattern: str, topic: str) -> PatternTaker | None:
         """Our subscription of `pattern`, when it matches `topic` (a frame says both: checked, not trusted)."""
@@ -84,7 +87,11 @@ class PatternIntake:
     def entry_for(self, publisher: str) -> PublisherEntry | None:
         """A provisional entry for a new topic of `publisher`: where it is, and the defaults a first
         publish gives a topic (its announcement brings the real terms)."""
-        known = self._publishers.get(publisher)
-        if known is None:
-            return None
-        return replace(known, strength=None, history=0, mode="direct", retain=None, archive=False)
+        made = self._provisional.get(publisher)
+        if made is None:
+            known = self._publishers.get(publisher)
+            if known is None:
+                return None
+            made = self._provisional[publisher] = replace(known, strength=None, history=0, mode="direct",
+                                                          retain=None, archive=False)
+        return made

@@ -55,6 +55,8 @@ class Publication:
     pattern_version: int = -1  # pubsub/filters.py last matched them (their `version`)
     early_seq: int = 0  # held while the topic registers, messages up to this went to its patterns already
     early_heads: frozenset = frozenset()  # ... to these
+    early_exact_seq: int = 0  # ... and up to this to the exact subscribers whose filters the socket held
+    early_exact_mark: int = 0  # ... when the last of those filters had come (`Filters.arrival`)
     fence: Fence | None = None  # exclusive topics: the election this publisher sends under (pubsub/exclusive.py)
     standby: int = 0  # messages not sent: this publisher did not lead its exclusive topic
 

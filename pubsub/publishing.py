@@ -198,8 +198,8 @@ class PublishingSide:
             env = pub.stamp(payload, now, key, priority, keep=False)
             env.msg_id = msg_id
             waiting.append(env)
-            if self.runs.filters is not None and self.runs.filters.patterns:
-                self.runs.early(pub, env)
+            if self.runs.filters is not None:
+                self.runs.early(pub, env, waiting)
             return env
         env = pub.stamp(payload, now, key, priority)
         if pub.journaled:
@@ -372,6 +372,18 @@ class PublishingSide:
                     break
         if self.held and self._filters.version != self._patterns_seen and self.runs.filters is not None:
             self._held_to_new_patterns()
+        if self._filters.fresh:
+            fresh, self._filters.fresh = self._filters.fresh, []
+            if self.held and self.runs.filters is not None and self.direct is not None:
+                self._held_to_exact(set(fresh))
+
+    def _held_to_exact(self, fresh: set[bytes]) -> None:
+        """Exact subscribers' filters came for topics still registering (the caller holds the lock): what
+        those hold goes to them now, as their next ones will (`Coalescer.early`)."""
+        for topic, waiting in self.held.items():
+            pub = self.publications.get(topic)
+            if waiting and pub is not None and pub.mode == "direct" and pub.filter in fresh:
+                self.runs.early_exact(pub, waiting)
 
     def _held_to_new_patterns(self) -> None:
         """A pattern subscribed since the topics still registering held their messages (the caller holds

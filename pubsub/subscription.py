@@ -110,6 +110,7 @@ class Stream:
         self.pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
         self.start_on_probe = False  # its newest seq comes with the probe's reply, not asked on its own
         self.linked: str | None = None  # the PUB endpoint our direct SUB socket holds for it (the io loop's)
+        self.provisional = False  # taken by its first frame, before the topic's record named it (the io loop's)
 
     @property
     def id(self) -> str:
@@ -191,6 +192,7 @@ class TopicState:
                     self.heads.append(back)  # its history failed where it was asked: ask the new source
                     back.fetching = True
                 back.entry = entry  # strength or endpoints may have changed
+                back.provisional = False
                 self.streams[pid] = back
                 continue
             if pid in self.unmatched:
@@ -241,6 +243,33 @@ class TopicState:
             st.start_on_probe = True
         else:
             self.starts.append(st)
+
+    def meet(self, entry: PublisherEntry) -> Stream | None:
+        """A publisher the record does not name yet, taken by its first frame (the io loop's
+        `_meet_publisher`) as `reconcile` would take it once named: a best-effort subscription without
+        history, after its first reconcile, is owed a publisher met later from seq 1 (or from where it
+        stood when forgotten). None: this subscription waits for the record (its terms matter)."""
+        pid = entry.id
+        if (self.reliable or self.history or not self._joined or self.unmatched or pid in self.streams
+                or pid in self.departed or self._mismatch(entry)):
+            return None
+        st = Stream(entry, catching_up=False)
+        resume = self.resume.pop(pid, 1)
+        if resume != 1:
+            st.window = SeqWindow(prefix=resume - 1)
+        st.expected = st.first_owed = resume
+        st.provisional = True
+        self.streams[pid] = st
+        self.stats.publishers.add(pid)
+        if entry.strength is not None:
+            chosen = leader([s.entry for s in self.streams.values()])
+            self._leader = None if chosen is None else chosen.id
+        held = self.strangers.pop(pid, None)
+        if held:
+            self._stranger_count -= len(held)
+            for env, recv_ns in held:
+                self.on_message(env, recv_ns)
+        return st
 
     def meet_first_frames(self) -> None:
         """A topic met by its first frames: every publisher of it owes us from seq 1 (none ran before us)."""

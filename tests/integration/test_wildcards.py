@@ -2,8 +2,8 @@
 learns the topics publishers announce there, old and new, and receives exactly what it matches.
 
 Long because it holds the acceptance of pattern subscriptions whole: what a pattern receives, groups,
-durable patterns, a killed prefix owner, thousands of topics and their memory, each sharing the
-module's ring."""
+durable patterns, a killed prefix owner, new topics' first messages, thousands of topics and their
+memory, each sharing the module's ring."""
 
 from __future__ import annotations
 
@@ -163,6 +163,38 @@ def test_a_publisher_sends_a_new_topic_to_a_listening_pattern_before_the_ring_an
             hold.set()
         assert got is not None and (got.topic, got.text, got.seq) == ("fast/1", "new", 1)
         assert sub.io.topics["fast/1"].via_pattern == "fast/*"
+
+
+def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answers_its_registration(ring):
+    """A subscriber connected to a publisher (for an earlier topic) that subscribed a topic the publisher
+    has never published: the topic's first messages reach it at once, while the publisher's registration
+    of the topic is held back, from a publisher the topic's record does not name yet. Once the ring has
+    answered, the publisher's release sends none of them again, and the record names the publisher.
+
+    To see it fail, make `Coalescer.early_exact` return at once (the messages wait for the registration,
+    which the test holds back), or `IoLoop._meet_publisher` (they wait among the topic's strangers for its
+    record, which that registration writes), or `send_released` send to the exact subscribers again
+    (each comes twice: counted duplicates)."""
+    with Client(ring.nodes[1].endpoint, heartbeat=HB) as pub, Client(ring.nodes[2].endpoint, heartbeat=HB) as sub:
+        warm, fresh = sub.subscribe("early-warm"), sub.subscribe("early-new")
+        pub.publish("early-warm", "warm")  # connects the subscriber to the publisher
+        assert (m := warm.get(timeout=20)) is not None and m.text == "warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))  # the ring hears of nothing new meanwhile
+        try:
+            pub.publish("early-new", "first")
+            pub.publish("early-new", "second")
+            got = [fresh.get(timeout=10), fresh.get(timeout=10)]
+            assert "early-new" in pub.publisher.publishing.held, "still registering: no answer was waited for"
+        finally:
+            hold.set()
+        assert [(m.seq, m.text) for m in got if m is not None] == [(1, "first"), (2, "second")]
+        wait_for(lambda: "early-new" not in pub.publisher.publishing.held, 20, what="the registration answered")
+        pub.publish("early-new", "third")
+        assert (m := fresh.get(timeout=10)) is not None and (m.seq, m.text) == (3, "third")
+        assert fresh.stats.duplicates == 0, "the release sent them again"
+        wait_for(lambda: not sub.io.topics["early-new"].streams[pub.id].provisional, 20,
+                 what="the record naming the publisher")
 
 
 def test_a_pattern_subscribed_while_a_new_topic_registers_gets_what_it_held(ring):

@@ -69,6 +69,22 @@ def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
     assert inner is not None and bytes(inner) == plain and decode_frame(inner).payload == b"three"
 
 
+def registering(*topics: str) -> tuple[PublishingSide, ...]:
+    """A publishing side's state alone (no sockets, no context), `topics` published and still registering:
+    (the side, each topic's publication)."""
+    side = PublishingSide.__new__(PublishingSide)
+    side.held, side.publications, side._filters = {}, {}, filters()
+    side._patterns_seen, side.direct, side.groups = 0, Socket(), type("G", (), {"groups": {}})()
+    side.runs = Coalescer(lambda _pub: side.direct, msgpack.Packer(use_bin_type=True), side._filters)
+    side.lock = threading.Lock()
+    pubs = []
+    for topic in topics:
+        pub = Publication(topic, "p")
+        side.publications[topic], side.held[topic] = pub, []
+        pubs.append(pub)
+    return (side, *pubs)
+
+
 @pytest.mark.parametrize("pattern_first", [True, False])
 def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_first):
     """A topic still registering holds its messages back from exact subscribers; a pattern already
@@ -76,14 +92,7 @@ def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_fi
     when the plain frames go out.
 
     To see it fail, make `Coalescer.send_released` send to every pattern again (`skip` ignored)."""
-    side = PublishingSide.__new__(PublishingSide)  # its state alone: no sockets, no context
-    side.held, side.publications, side._filters = {}, {}, filters()
-    side._patterns_seen, side.direct, side.groups = 0, Socket(), type("G", (), {"groups": {}})()
-    side.runs = Coalescer(lambda _pub: side.direct, msgpack.Packer(use_bin_type=True), side._filters)
-    side.lock = threading.Lock()
-    pub = Publication("dev/1/temp", "p")
-    side.publications[pub.topic] = pub
-    side.held[pub.topic] = []
+    side, pub = registering("dev/1/temp")
     listen = b"\x01" + pattern_filter("dev/>")
     if pattern_first:
         side._filters.message("direct", listen)
@@ -97,6 +106,43 @@ def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_fi
     side.release(pub.topic)
     later = side.direct.sent[len(early):]
     assert [decode_frame(f).payload for f in later] == [b"a", b"b"], "plain frames only, for exact subscribers"
+
+
+def test_a_registering_topics_messages_reach_listening_exact_subscribers_at_once_and_a_newcomer_all_of_them():
+    """A topic still registering sends each message at once to the exact subscribers whose filters the
+    socket holds, and its release sends none of them again. A filter that comes while the messages wait
+    gets all of them (its subscriber had none), and the next ones go on from there; one that came
+    unseen before the release makes the release send them all again (a subscriber drops by seq what
+    comes twice).
+
+    To see it fail, make `Coalescer.early_exact` send only what it had not sent yet (the newcomer misses
+    the first message), or `send_released` send to the exact subscribers again (the release repeats
+    what went early)."""
+    side, listened, joined = registering("dev/1/temp", "dev/2/temp")
+
+    def payloads(frames: list[bytes]) -> list[bytes]:
+        return [decode_frame(f).payload for f in frames]
+
+    side._filters.message("direct", b"\x01" + topic_filter("dev/1/temp"))
+    side._publish(listened, b"a", None, 4, 1)
+    side._publish(listened, b"b", None, 4, 2)
+    assert payloads(side.direct.sent) == [b"a", b"b"]
+    side.release("dev/1/temp")
+    assert payloads(side.direct.sent) == [b"a", b"b"], "the release sent them again"
+
+    side.direct.sent.clear()
+    side._publish(joined, b"c", None, 4, 3)
+    assert side.direct.sent == [], "no filter of the topic held: nothing goes yet"
+    side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))
+    side._held_to_exact({topic_filter("dev/2/temp")})
+    side._publish(joined, b"d", None, 4, 4)
+    assert payloads(side.direct.sent) == [b"c", b"d"]
+    side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))  # a second subscriber's
+    side._held_to_exact({topic_filter("dev/2/temp")})
+    assert payloads(side.direct.sent) == [b"c", b"d", b"c", b"d"], "the newcomer gets all that was held"
+    side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))  # a third, not looked at
+    side.release("dev/2/temp")
+    assert payloads(side.direct.sent[4:]) == [b"c", b"d"], "the release owes the unseen newcomer all of them"
 
 
 class XpubSocket(Socket):
