@@ -28,6 +28,43 @@ from pubsub.subscription import HELD_LIMIT, TopicState
 log = logging.getLogger(__name__)
 
 
+class _Nobody:
+    """What a topic met after `subscribe` returned is attached with: nobody waits for its confirmation."""
+
+    def done(self) -> bool:
+        return True
+
+    def set_result(self, _result: object) -> None:
+        pass
+
+    def set_exception(self, _exc: BaseException) -> None:
+        pass
+
+
+NOBODY = _Nobody()
+
+
+class FirstTopics:
+    """The confirmations `subscribe` waits for: those of the topics the pattern matched when it was
+    placed. Once it has waited, topics met later are attached with `NOBODY`: nothing is kept for each
+    topic a long-lived pattern ever followed."""
+
+    def __init__(self) -> None:
+        self._futures: list[Future] | None = []
+
+    def next(self) -> Future | _Nobody:
+        if self._futures is None:
+            return NOBODY
+        done: Future = Future()
+        self._futures.append(done)
+        return done
+
+    def close(self) -> list[Future]:
+        """The confirmations to wait for now (the caller's thread); later topics' are nobody's."""
+        futures, self._futures = self._futures or [], None
+        return futures
+
+
 class PatternHost(Protocol):
     """What pattern subscriptions use of their client (pubsub/client.py's Client)."""
 
@@ -70,15 +107,26 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
                               on_dead_letter=client._dead_letter, batch=batch)
         client._subscriptions[pattern] = handle
     wait = client.timeout if timeout is None else timeout
-    confirming: list[Future] = []
+    first = FirstTopics()
+
+    def make_state(topic: str) -> TopicState:
+        start = positions.of(topic).start if positions is not None else None
+        return TopicState(topic, client.id, history, reliable, mode, start, history_policy,
+                          held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
 
     def attach(topic: str, entries: list[PublisherEntry]) -> None:
-        start = positions.of(topic).start if positions is not None else None
-        ts = TopicState(topic, client.id, history, reliable, mode, start, history_policy,
-                        held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
-        done: Future = Future()
-        confirming.append(done)
-        client.io.call(lambda: client.io.attach(ts, handle, entries, None, done, wait))
+        done = first.next()
+        met = client.io.topics.get(topic)  # (read across threads, a hint: the io loop decides)
+        ts = None if met is not None and met.provisional else make_state(topic)
+
+        def on_io() -> None:  # a topic met by its frames already needs no state of its own
+            held = client.io.topics.get(topic)
+            if ts is None and held is not None and held.provisional and client.io.handles.get(topic) is handle:
+                client.io.attach(held, handle, entries, None, done, wait)
+            else:
+                client.io.attach(ts or make_state(topic), handle, entries, None, done, wait)
+
+        client.io.call(on_io)
 
     def update(topic: str, entries: list[PublisherEntry]) -> None:
         client.io.call(lambda: client.io.set_publishers(topic, entries))
@@ -92,27 +140,24 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     by_frames = positions is None and not reliable and not history
     follower = PatternFollower(pattern, attach, update, detach, spec=None if by_frames else {"p": pattern, "x": 1})
     if by_frames:
-        def make_state(topic: str) -> TopicState:
-            return TopicState(topic, client.id, history, reliable, mode, None, history_policy,
-                              held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
-
         taker = PatternTaker(pattern, handle, make_state)
         client.io.call(lambda: client.io.add_pattern(taker))
-    return _placed(client, handle, record, follower, confirming, wait, f"subscribe to {pattern!r}")
+    return _placed(client, handle, record, follower, first, wait, f"subscribe to {pattern!r}")
 
 
 def _placed(client: PatternHost, handle: Subscription, record: str, follower: PatternFollower,
-            confirming: list[Future], wait: float, what: str) -> Subscription:
+            first: FirstTopics, wait: float, what: str) -> Subscription:
     """Place the pattern at its prefix record and wait (up to `wait`) until the topics it matches now
     are followed: `handle`, or DhtError saying it could not `what` in time, or PermissionError."""
     handle.pattern = follower
     handle.pattern_record = record
     client.registrar.call(lambda: client.patterns.add(record, follower))
     if threading.current_thread() is client.io.thread:
+        first.close()  # (nobody can wait here: the io loop itself places the topics)
         return handle
     try:
         follower.first_read.result(wait)
-        for done in list(confirming):
+        for done in first.close():
             try:
                 done.result(wait)
             except PermissionError:
@@ -150,14 +195,13 @@ def join_pattern_group(client: PatternHost, pattern: str, group: str, terms: Gro
                               wake=client.io.wake)
         client._subscriptions[pattern] = handle
     wait = client.timeout if timeout is None else timeout
-    confirming: list[Future] = []
+    first = FirstTopics()
 
     def attach(topic: str, entries: list[PublisherEntry]) -> None:
         member = GroupMembership(topic, group, client.id, prefetch, terms, auto_ack,
                                  on_dead_letter=client._dead_letter)
         member.wake = client.io.wake
-        done: Future = Future()
-        confirming.append(done)
+        done = first.next()
 
         def join() -> None:
             if topic in client.io.members.states:
@@ -177,7 +221,7 @@ def join_pattern_group(client: PatternHost, pattern: str, group: str, terms: Gro
 
     follower = PatternFollower(pattern, attach, update, detach, spec={"p": pattern, "g": group, "m": member_terms})
     handle.group_pattern = True
-    return _placed(client, handle, record, follower, confirming, wait, f"join group {group!r} of {pattern!r}")
+    return _placed(client, handle, record, follower, first, wait, f"join group {group!r} of {pattern!r}")
 
 
 def unsubscribe_pattern(client: PatternHost, handle: Subscription) -> None:

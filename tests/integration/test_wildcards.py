@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 import pytest
@@ -174,7 +175,7 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
     To see it fail, make `Coalescer.early_exact` return at once (the messages wait for the registration,
     which the test holds back), or `IoLoop._meet_publisher` (they wait among the topic's strangers for its
     record, which that registration writes), or `send_released` send to the exact subscribers again
-    (each comes twice: counted duplicates)."""
+    (each comes twice: counted duplicates), or `IoLoop._drain_sub` not turn the collector back on."""
     with Client(ring.nodes[1].endpoint, heartbeat=HB) as pub, Client(ring.nodes[2].endpoint, heartbeat=HB) as sub:
         warm, fresh = sub.subscribe("early-warm"), sub.subscribe("early-new")
         pub.publish("early-warm", "warm")  # connects the subscriber to the publisher
@@ -195,6 +196,7 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
         assert fresh.stats.duplicates == 0, "the release sent them again"
         wait_for(lambda: not sub.io.topics["early-new"].streams[pub.id].provisional, 20,
                  what="the record naming the publisher")
+        assert gc.isenabled(), "the io loop left the garbage collector off after a batch"
 
 
 def test_a_pattern_subscribed_while_a_new_topic_registers_gets_what_it_held(ring):
@@ -599,7 +601,8 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
     their leases, and the subscriber's state goes with them.
 
     To see it fail, keep a topic whose announcements are gone (`PatternFollower.refresh` never
-    detaching): the 10,000 states stay."""
+    detaching): the 10,000 states stay; or keep the confirmations `subscribe` waited for
+    (`FirstTopics.close` keeping its list): 10,000 futures stay."""
     via = ring.nodes[2].endpoint
     n, clients = 10_000, 4
     files = {k: tmp_path / k for k in ("ready", "go", "done")}
@@ -666,6 +669,8 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
             wait_for(lambda: not client.io.topics and not sub.pattern.topics, 60,
                      what="the topics' state gone with their leases")
             print(f"their state gone {time.monotonic() - killed:.1f}s after the publisher was killed")
+            futures = sum(1 for o in gc.get_objects() if type(o) is Future)
+            assert futures < n // 10, f"{futures} confirmations kept for topics nobody waits for any more"
             print(f"pattern memory: {n} topics cost {(held - before) / n:.1f} KiB each in RSS; "
                   f"{len(client.io.topics)} topic states left after the publisher's leases lapsed")
     finally:
