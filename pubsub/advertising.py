@@ -93,8 +93,10 @@ class Advertiser:
 
     def __init__(self, settle: Callable[[Registering], None],
                  in_place: Callable[[list[str], list[str], int], tuple[dict[str, int], int]],
-                 done: Callable[[Registering, BaseException | None], None], filter_wait: float) -> None:
+                 done: Callable[[Registering, BaseException | None], None], filter_wait: float,
+                 drain: Callable[[], None] = lambda: None) -> None:
         self._settle, self._in_place, self._done = settle, in_place, done
+        self._drain = drain  # reads the filters that came (a held topic's then go at once: pubsub/coalescing.py)
         self._changes = -1  # the filters' `changes` at the last count (pubsub/publishing.py `in_place_since`)
         self.filter_wait = filter_wait
         self._pending: list[Registering] = []
@@ -154,11 +156,18 @@ class Advertiser:
             with self._cond:
                 if finished:
                     self._pending = [r for r in self._pending if id(r) not in finished]
-                # polling conditions with deadlines (filters arrive on our socket; answers nudge us), a
-                # look at most every NUDGE_GAP or as long as one took, whichever is longer
-                if not self._nudged and not self._stopped:
-                    self._cond.wait(POLL + POLL_PER_PENDING * len(pending))
-                self._nudged = False
+            # polling conditions with deadlines (filters arrive on our socket; answers nudge us), a look at
+            # most every NUDGE_GAP or as long as one took, whichever is longer; between looks the filters
+            # are read every POLL, so a subscriber that connected gets what its topics hold at once
+            until = time.monotonic() + POLL + POLL_PER_PENDING * len(pending)
+            while True:
+                with self._cond:
+                    left = until - time.monotonic()
+                    if self._nudged or self._stopped or left <= 0:
+                        self._nudged = False
+                        break
+                    self._cond.wait(min(POLL, left))
+                self._drain()
             time.sleep(max(NUDGE_GAP, took))
         for r in pending:
             self._done(r, RuntimeError("the client closed before the topic was registered"))

@@ -62,7 +62,7 @@ class Publisher:
         # Event per topic cost a first publish a tenth of its time)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
         self.advertiser = Advertiser(self._settle, self.publishing.in_place_since, self._advertised,
-                                     max(LEASE_HEARTBEATS * heartbeat, 3.0))
+                                     max(LEASE_HEARTBEATS * heartbeat, 3.0), self.publishing.look_at_filters)
 
     def advertise(self, topic: str, *, history: int = 0, reliable: bool = False, strength: int | None = None,
                   mode: str = "direct", retain_messages: int | None = None, retain_seconds: float | None = None,

@@ -357,6 +357,11 @@ class PublishingSide:
                     self.runs.to_patterns(pub, frame, sock)
             return self._probe_token
 
+    def look_at_filters(self) -> None:
+        """`drain_filters`, taking the lock (the advertiser, between its looks)."""
+        with self.lock:
+            self.drain_filters()
+
     def drain_filters(self) -> None:
         """Read the filters subscribers sent up (the caller holds the lock). Called by `in_place`, and by
         the io loop every heartbeat so that they never pile up."""

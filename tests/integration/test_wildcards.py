@@ -199,6 +199,31 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
         assert gc.isenabled(), "the io loop left the garbage collector off after a batch"
 
 
+def test_a_subscriber_of_a_topic_still_registering_gets_what_it_held_once_its_filter_comes(ring):
+    """A publisher whose new topic is still registering holds its messages and has stopped publishing;
+    a subscriber already connected to it (for another topic) subscribes the topic meanwhile: the held
+    messages go to it as soon as its filter reaches the publisher, read between the advertiser's looks,
+    before the registration is answered and long before the publisher's own heartbeat reads its filters.
+
+    To see it fail, make `Advertiser` read no filters between its looks (`self._drain()` gone): they wait
+    for the publisher's heartbeat, 20 s here."""
+    with Client(ring.nodes[0].endpoint, heartbeat=20.0) as pub, Client(ring.nodes[1].endpoint, heartbeat=HB) as sub:
+        other = sub.subscribe("heldx-other")
+        pub.publish("heldx-other", "warm")  # connects the subscriber to the publisher
+        assert (m := other.get(timeout=20)) is not None and m.text == "warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))
+        try:
+            pub.publish("heldx-new", "first")
+            pub.publish("heldx-new", "second")
+            late = sub.subscribe("heldx-new")  # its filter reaches the publisher, which holds the topic
+            got = [late.get(timeout=2), late.get(timeout=2)]
+            assert "heldx-new" in pub.publisher.publishing.held, "still registering: no answer was waited for"
+        finally:
+            hold.set()
+        assert [(m.seq, m.text) for m in got if m is not None] == [(1, "first"), (2, "second")]
+
+
 def test_a_pattern_subscribed_while_a_new_topic_registers_gets_what_it_held(ring):
     """A publisher whose new topic is still registering holds its messages; a pattern subscriber
     already connected to it (for another topic) that subscribes a pattern matching the topic meanwhile
