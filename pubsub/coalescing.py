@@ -129,6 +129,9 @@ class Coalescer:
         sock = self._socket_of(pub)
         if not mark or not held or sock is None or held[-1].seq <= pub.early_exact_seq and mark == pub.early_exact_mark:
             return
+        if pub.history.keeping():  # kept from now on, as the release would keep it: a subscriber that has
+            for env in held[max(0, pub.history.last_seq - held[0].seq + 1):]:  # it may ask for it again (a
+                pub.retain(env)  # durable one after a restart); none is kept yet when nothing would keep it
         start = 0 if mark != pub.early_exact_mark else max(0, pub.early_exact_seq - held[0].seq + 1)
         for env in held[start:]:
             sock.send(env.encode(self._packer))  # type: ignore[attr-defined]

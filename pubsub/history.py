@@ -65,6 +65,11 @@ class History:
         self.late_until_ns = 0  # the late hold's deadline (0: none)
 
     # -- what goes in -----------------------------------------------------------------------------------
+    def keeping(self) -> bool:
+        """Whether a message added now would be kept (a size, a durable subscriber's position, a late hold,
+        or messages kept already): what `add` decides."""
+        return bool(self.capacity or self._floor is not None or self._items or self.late_until_ns)
+
     def add(self, env: Envelope) -> None:
         if env.seq != self.last_seq + 1:
             raise ValueError(f"sequence numbers must follow each other: {self.last_seq} then {env.seq}")

@@ -635,7 +635,9 @@ class IoLoop:
     def set_publishers(self, topic: str, publishers: list[PublisherEntry]) -> None:
         ts = self.topics.get(topic)
         if ts is not None:
-            if self._reconcile(ts, publishers, met_later=True) and self.handles[topic].positions is not None:
+            if ts.confirm(publishers):
+                pass  # (the same publishers, where they were: nothing to reconcile)
+            elif self._reconcile(ts, publishers, met_later=True) and self.handles[topic].positions is not None:
                 self._send_acks(refresh=False)
             self._flush(ts)
 

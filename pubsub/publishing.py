@@ -229,7 +229,8 @@ class PublishingSide:
             if pub is None:
                 return
             for env in waiting:
-                pub.retain(env)
+                if env.seq > pub.history.last_seq:  # (one sent early was kept then: pubsub/coalescing.py)
+                    pub.retain(env)
                 self.runs.send_released(pub, env, time.time_ns())
                 if self.groups.groups:
                     self.groups.offer(env)

@@ -244,6 +244,26 @@ class TopicState:
         else:
             self.starts.append(st)
 
+    def confirm(self, publishers: list[PublisherEntry]) -> bool:
+        """The record names exactly the publishers streamed now, each where we are linked to it (the
+        event that confirms a publisher met by its first frame, or any change of the record's other
+        fields): their entries are taken as they are, and nothing else changes. False: `reconcile`
+        has work to do."""
+        streams = self.streams
+        if len(publishers) != len(streams) or self.strangers or self.unmatched:
+            return False
+        for entry in publishers:
+            st = streams.get(entry.id)
+            if st is None or st.entry.endpoint != entry.endpoint or st.entry.repair != entry.repair:
+                return False
+        for entry in publishers:
+            st = streams[entry.id]
+            st.entry, st.provisional = entry, False
+        chosen = leader(publishers)
+        self._leader = None if chosen is None else chosen.id
+        self._joined = True
+        return True
+
     def meet(self, entry: PublisherEntry) -> Stream | None:
         """A publisher the record does not name yet, taken by its first frame (the io loop's
         `_meet_publisher`) as `reconcile` would take it once named: a best-effort subscription without

@@ -69,9 +69,9 @@ def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
     assert inner is not None and bytes(inner) == plain and decode_frame(inner).payload == b"three"
 
 
-def registering(*topics: str) -> tuple[PublishingSide, ...]:
-    """A publishing side's state alone (no sockets, no context), `topics` published and still registering:
-    (the side, each topic's publication)."""
+def registering(*topics: str, history: int = 0) -> tuple[PublishingSide, ...]:
+    """A publishing side's state alone (no sockets, no context), `topics` published and still registering
+    (each keeping `history` messages): (the side, each topic's publication)."""
     side = PublishingSide.__new__(PublishingSide)
     side.held, side.publications, side._filters = {}, {}, filters()
     side._patterns_seen, side.direct, side.groups = 0, Socket(), type("G", (), {"groups": {}})()
@@ -79,7 +79,7 @@ def registering(*topics: str) -> tuple[PublishingSide, ...]:
     side.lock = threading.Lock()
     pubs = []
     for topic in topics:
-        pub = Publication(topic, "p")
+        pub = Publication(topic, "p", history)
         side.publications[topic], side.held[topic] = pub, []
         pubs.append(pub)
     return (side, *pubs)
@@ -144,6 +144,25 @@ def test_a_registering_topics_messages_reach_listening_exact_subscribers_at_once
     side.release("dev/2/temp")
     assert payloads(side.direct.sent[4:]) == [b"c", b"d"], "the release owes the unseen newcomer all of them"
 
+
+def test_what_a_registering_topic_sends_early_is_kept_then_and_the_release_keeps_the_rest_once():
+    """A topic still registering keeps a message it sends early at once, as its release would (a
+    subscriber that has it may ask for it again: a durable one after a restart, a reliable one for a
+    gap); the release keeps what was held back, each message once.
+
+    To see it fail, make `Coalescer.early_exact` keep nothing: the history is empty while the
+    subscriber has the first messages."""
+    side, pub = registering("dev/9/temp", history=10)
+    side._publish(pub, b"a", None, 4, 1)  # no subscriber's filter yet: held, not kept
+    side._filters.message("direct", b"\x01" + topic_filter("dev/9/temp"))
+    side._held_to_exact({topic_filter("dev/9/temp")})
+    side._publish(pub, b"b", None, 4, 2)
+    assert [decode_frame(f).payload for f in side.direct.sent] == [b"a", b"b"]
+    assert [e.payload for e in pub.history.range(1, None)] == [b"a", b"b"], "sent early, and kept"
+    side._filters.message("direct", b"\x01" + topic_filter("dev/9/temp"))  # a filter the release owes all
+    side._publish(pub, b"c", None, 4, 3)
+    side.release("dev/9/temp")
+    assert [e.payload for e in pub.history.range(1, None)] == [b"a", b"b", b"c"]
 
 class XpubSocket(Socket):
     """A PUB socket's side the filters come up on: `incoming` holds what subscribers sent."""
