@@ -199,54 +199,35 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
         assert gc.isenabled(), "the io loop left the garbage collector off after a batch"
 
 
-def test_a_subscriber_of_a_topic_still_registering_gets_what_it_held_once_its_filter_comes(ring):
+@pytest.mark.parametrize("warm, topic, subscribed", [("heldx-other", "heldx-new", "heldx-new"),
+                                                      ("held/other", "held/new/1", "held/new/*")],
+                         ids=["exact", "pattern"])
+def test_a_subscription_made_while_a_new_topic_registers_gets_what_it_held_once_its_filter_comes(
+        ring, warm, topic, subscribed):
     """A publisher whose new topic is still registering holds its messages and has stopped publishing;
-    a subscriber already connected to it (for another topic) subscribes the topic meanwhile: the held
-    messages go to it as soon as its filter reaches the publisher, read between the advertiser's looks,
-    before the registration is answered and long before the publisher's own heartbeat reads its filters.
+    a subscriber already connected to it (for another topic) subscribes the topic, or a pattern matching
+    it, meanwhile: the held messages go to it as soon as its filter reaches the publisher, read between
+    the advertiser's looks, before the registration is answered and long before the publisher's own
+    heartbeat reads its filters.
 
     To see it fail, make `Advertiser` read no filters between its looks (`self._drain()` gone): they wait
-    for the publisher's heartbeat, 20 s here."""
+    for the publisher's heartbeat, 20 s here; or (the pattern) `PublishingSide._held_to_new_patterns`
+    return at once: they wait for the registration, which the test holds back."""
     with Client(ring.nodes[0].endpoint, heartbeat=20.0) as pub, Client(ring.nodes[1].endpoint, heartbeat=HB) as sub:
-        other = sub.subscribe("heldx-other")
-        pub.publish("heldx-other", "warm")  # connects the subscriber to the publisher
+        other = sub.subscribe(warm)
+        pub.publish(warm, "warm")  # connects the subscriber to the publisher
         assert (m := other.get(timeout=20)) is not None and m.text == "warm"
         hold = threading.Event()
         pub.registrar.call(lambda: hold.wait(30))
         try:
-            pub.publish("heldx-new", "first")
-            pub.publish("heldx-new", "second")
-            late = sub.subscribe("heldx-new")  # its filter reaches the publisher, which holds the topic
+            pub.publish(topic, "first")
+            pub.publish(topic, "second")
+            late = sub.subscribe(subscribed)  # its filter reaches the publisher, which holds the topic
             got = [late.get(timeout=2), late.get(timeout=2)]
-            assert "heldx-new" in pub.publisher.publishing.held, "still registering: no answer was waited for"
+            assert topic in pub.publisher.publishing.held, "still registering: no answer was waited for"
         finally:
             hold.set()
-        assert [(m.seq, m.text) for m in got if m is not None] == [(1, "first"), (2, "second")]
-
-
-def test_a_pattern_subscribed_while_a_new_topic_registers_gets_what_it_held(ring):
-    """A publisher whose new topic is still registering holds its messages; a pattern subscriber
-    already connected to it (for another topic) that subscribes a pattern matching the topic meanwhile
-    gets them as soon as its pattern's filter reaches the publisher, before the registration is answered.
-
-    To see it fail, make `PublishingSide._held_to_new_patterns` return at once: they wait for the
-    registration, which the test holds back."""
-    via = ring.nodes[0].endpoint
-    with Client(via, heartbeat=HB) as pub, Client(via, heartbeat=HB) as sub:
-        other = sub.subscribe("held/other")  # connects the subscriber to the publisher
-        pub.publish("held/other", "warm")
-        assert (m := other.get(timeout=20)) is not None and m.text == "warm"
-        hold = threading.Event()
-        pub.registrar.call(lambda: hold.wait(30))
-        try:
-            pub.publish("held/new/1", "first")
-            pub.publish("held/new/1", "second")
-            late = sub.subscribe("held/new/*")  # its filter reaches the publisher, which holds the topic
-            got = [late.get(timeout=10), late.get(timeout=10)]
-            assert "held/new/1" in pub.publisher.publishing.held, "still registering: no answer was waited for"
-        finally:
-            hold.set()
-        assert [(m.topic, m.text) for m in got if m is not None] == [("held/new/1", "first"), ("held/new/1", "second")]
+        assert [(m.topic, m.seq, m.text) for m in got if m is not None] == [(topic, 1, "first"), (topic, 2, "second")]
 
 
 def test_a_topic_whose_announcement_lapses_and_comes_back_delivers_nothing_twice(ring):
