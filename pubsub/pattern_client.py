@@ -136,8 +136,9 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
 
     # a best-effort pattern without history takes its topics by the pattern's own frames, from their first
     # (pubsub/pattern_intake.py); a reliable, durable or history one subscribes each topic it follows,
-    # whose terms its repairs need first (and the prefix record says so: "x")
-    by_frames = positions is None and not reliable and not history
+    # whose terms its repairs need first (and the prefix record says so: "x"); so does any pattern on a
+    # CURVE ring, where a topic's publishers are those its record names (a frame names its sender, unchecked)
+    by_frames = positions is None and not reliable and not history and client.io.setup is None
     follower = PatternFollower(pattern, attach, update, detach, spec=None if by_frames else {"p": pattern, "x": 1})
     if by_frames:
         taker = PatternTaker(pattern, handle, make_state)

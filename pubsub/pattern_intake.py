@@ -13,7 +13,9 @@ as its announcement would have had it followed, *provisionally*: its announcemen
 brings the publisher's real terms, and a topic never announced within PROVISIONAL_BEATS heartbeats
 is let go. A reliable pattern, or one with history, subscribes each topic it follows instead, once
 announced: its repairs and history need the publisher's terms first, and a publisher counting its
-pattern filter as in place would release a new topic's first messages before it follows the topic.
+pattern filter as in place would release a new topic's first messages before it follows the topic. So
+does every pattern on a CURVE ring: there a topic's publishers are the ones its record names, and a
+frame's publisher id is only what its sender wrote.
 
 A publisher under a policy (its entry's `patterns` is false) applies no pattern filter: its gate
 judges one topic at a time. A pattern's topic with such a publisher is followed by its exact filter.

@@ -148,3 +148,32 @@ def test_the_demo_runs_every_process_under_curve(keys, tmp_path):
         assert all(t["delivered"] > 0.5 * t["expected"] and t["duplicates"] == 0
                    for t in summary["pubsub"][mode].values())
     assert json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())["config"]["curve"] == str(keys)
+
+
+def test_on_a_curve_ring_a_pattern_follows_each_topic_its_records_name_from_its_first_message(ring_factory, keys):
+    """On a CURVE ring a pattern subscription takes no topic on a publisher's own word: it puts no
+    pattern filter on its socket (a pattern frame names its publisher and topic, unchecked), and follows
+    each matching topic by the topic's exact filter once the topic's announcement names the publisher,
+    from its first message.
+
+    To see it fail, let a best-effort pattern take its topics by its frames on a CURVE ring too
+    (`client.io.setup is None` gone from `by_frames`): its topic is followed by the pattern's frames."""
+    curve = Curve.load(keys, "client")
+    start_authenticator(curve)
+    try:
+        ring = ring_factory(setup=curve.setup, curve=keys)
+        ring.start(2)
+        ring.wait_consistent(30)
+        via = ring.nodes[0].endpoint
+        with Client(via, curve=keys, role="subscriber", heartbeat=0.5) as subscriber, \
+                Client(via, curve=keys, role="publisher", heartbeat=0.5) as publisher:
+            sub = subscriber.subscribe("secure/*")
+            for i in range(3):
+                publisher.publish("secure/a", f"m{i}")
+            got = [sub.get(timeout=10) for _ in range(3)]
+            assert [(m.topic, m.seq) for m in got if m is not None] == [("secure/a", n) for n in (1, 2, 3)]
+            state = subscriber.io.topics["secure/a"]
+            assert state.exact and state.via_pattern is None, "followed by the pattern's frames"
+            assert not subscriber.io.intake.takers
+    finally:
+        stop_authenticators()
