@@ -196,9 +196,13 @@ class Publisher:
                 self.publishing.hold_late(r.topic, self.advertiser.filter_wait)
             self.publishing.release(r.topic)
         else:
+            pub = self.publishing.publications.get(r.topic)
+            early = max(pub.early_exact_seq, pub.early_seq) if pub is not None else 0
             dropped = self.publishing.drop_held(r.topic)
             self.publishing.remove(r.topic)
             reason = f"the topic could not be registered: {error}"
+            if early:  # (sent at once to subscribers already connected: pubsub/coalescing.py `early`)
+                reason += f"; up to seq {early} they went to the subscribers already connected to us"
             log.error("%s: %s; %d message(s) published on it are dead-lettered", r.topic, reason, len(dropped))
             if dropped and self.on_dead_letter is not None:
                 self.on_dead_letter(DeadLetter(r.topic, self.id, "publisher", dropped[0].seq, dropped[-1].seq,

@@ -199,6 +199,33 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
         assert gc.isenabled(), "the io loop left the garbage collector off after a batch"
 
 
+def test_a_new_topic_whose_registration_fails_dead_letters_what_it_held_and_says_what_went_early(ring):
+    """A new topic whose registration fails (no answer within the publisher's timeout) drops the
+    messages it held as one dead letter; the messages that went at once to a subscriber already
+    connected reached it, and the dead letter says so.
+
+    To see it fail, leave that out of the dead letter's reason (`early` not read in
+    `Publisher._advertised`)."""
+    letters: list = []
+    with Client(ring.nodes[1].endpoint, heartbeat=HB, timeout=3.0, on_dead_letter=letters.append) as pub, \
+            Client(ring.nodes[2].endpoint, heartbeat=HB) as sub:
+        warm, fresh = sub.subscribe("lost-warm"), sub.subscribe("lost-new")
+        pub.publish("lost-warm", "warm")  # connects the subscriber to the publisher
+        assert (m := warm.get(timeout=20)) is not None and m.text == "warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))  # the ring never hears of the new topic in time
+        try:
+            pub.publish("lost-new", "first")
+            assert (m := fresh.get(timeout=10)) is not None and (m.seq, m.text) == (1, "first")
+            wait_for(lambda: letters, 20, what="the dead letter of the topic that was never registered")
+        finally:
+            hold.set()
+        [letter] = letters
+        assert (letter.topic, letter.from_seq, letter.to_seq) == ("lost-new", 1, 1)
+        assert "could not be registered" in letter.reason
+        assert "up to seq 1 they went to the subscribers already connected" in letter.reason, letter.reason
+
+
 @pytest.mark.parametrize("warm, topic, subscribed", [("heldx-other", "heldx-new", "heldx-new"),
                                                       ("held/other", "held/new/1", "held/new/*")],
                          ids=["exact", "pattern"])
