@@ -21,6 +21,9 @@ from dht.ids import key_id
 
 log = logging.getLogger(__name__)
 
+MAX_PARSED = 4096  # publisher entries kept parsed, by their bytes (then forgotten all at once)
+_PARSED: dict[bytes, PublisherEntry] = {}
+
 PUB = "pub/"
 SUB = "sub/"
 GRP = "grp/"  # "grp/<group>/<client id>": a member of a consumer group, with its terms
@@ -53,6 +56,17 @@ class PublisherEntry:
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> PublisherEntry:
+        known = _PARSED.get(raw)  # (a publisher's thousand topics carry the same bytes: parsed once)
+        if known is not None:
+            return known
+        entry = cls._parse(raw)
+        if len(_PARSED) >= MAX_PARSED:
+            _PARSED.clear()
+        _PARSED[raw] = entry
+        return entry
+
+    @classmethod
+    def _parse(cls, raw: bytes) -> PublisherEntry:
         try:
             d = msgpack.unpackb(raw, raw=False)
             retain = d.get("retain")

@@ -157,3 +157,23 @@ def test_a_publisher_entry_keeps_every_field_on_the_wire():
     assert set(msgpack.unpackb(entry.to_bytes())) == {f.name for f in dataclasses.fields(PublisherEntry)}
     assert PublisherEntry.from_bytes(entry.to_bytes()) == entry
     assert announce_value("a/b", entry) == announce_value("a/b", entry.to_bytes())
+
+
+def test_publisher_entries_are_parsed_once_by_their_bytes_within_a_bound():
+    """A publisher's entry comes in the same bytes for each of its topics: parsed once, the same entry
+    each time after, while the parsed ones stay within MAX_PARSED; malformed bytes are refused every
+    time and never kept.
+
+    To see it fail, keep every parsed entry (`_PARSED.clear()` gone): the bound is passed."""
+    from pubsub import directory
+    from pubsub.directory import MAX_PARSED, PublisherEntry
+
+    raw = PublisherEntry("p", "127.0.0.1:1", "127.0.0.1:2").to_bytes()
+    assert PublisherEntry.from_bytes(raw) is PublisherEntry.from_bytes(raw)
+    for i in range(MAX_PARSED + 10):
+        PublisherEntry.from_bytes(PublisherEntry(f"p{i}", "127.0.0.1:1", "127.0.0.1:2").to_bytes())
+        assert len(directory._PARSED) <= MAX_PARSED
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            PublisherEntry.from_bytes(b"\x81\xa2id\x01")
+    assert b"\x81\xa2id\x01" not in directory._PARSED
