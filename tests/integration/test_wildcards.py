@@ -53,7 +53,7 @@ def drain(sub, got: list, n: int, timeout: float = 20) -> None:  # noqa: ANN001
         raise AssertionError(f"{len(got)} of {n} messages within {timeout:g}s") from exc
 
 
-KIB_PER_FOLLOWED_TOPIC = 32  # a followed topic's state: its streams, filters, windows (18 KiB measured)
+KIB_PER_FOLLOWED_TOPIC = 32  # a followed topic's state: its streams, filters, windows (11.5 KiB measured)
 
 
 def drained(sub, got: list) -> int:  # noqa: ANN001
