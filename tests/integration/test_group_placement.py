@@ -36,6 +36,10 @@ def a_pass(placement: Placement) -> dict[int, list[str] | None]:
     return {arc: placement.wanted(arc_end(arc, 64), known) for arc in range(ARCS)}
 
 
+def members_of(answers: dict[int, list[str] | None]) -> set[str]:
+    return {m for members in answers.values() for m in members or ()}
+
+
 def fresh_pass(via: str) -> dict[int, list[str] | None]:
     placement = Placement(via, 2)
     try:
@@ -53,8 +57,10 @@ def test_a_quiet_pass_asks_each_owner_its_links_only_and_sees_a_join_as_a_fresh_
     try:
         calls = counted(placement)
         first = a_pass(placement)
-        assert calls["lookup_id"] > 0 and calls["info"] == 4  # every process's member id, once
         assert all(members and len(members) == 2 for members in first.values()), first
+        # each process in a group asked its member id once (which processes are in one depends on
+        # where the ring's ids fell: a clean-clone run had one that neither owns an arc end nor follows one)
+        assert calls["lookup_id"] > 0 and calls["info"] == len(members_of(first)), calls
         calls.clear()
         assert a_pass(placement) == first == fresh_pass(via)
         assert calls == Counter(), calls  # nothing moved: links only
@@ -64,12 +70,13 @@ def test_a_quiet_pass_asks_each_owner_its_links_only_and_sees_a_join_as_a_fresh_
         calls.clear()
         moved = a_pass(placement)
         assert moved == fresh_pass(via)  # the owners that lost an arc to the newcomer are seen to
-        assert moved[3] != first[3] and moved[3][0] not in {m for ms in first.values() for m in ms}
-        assert calls["info"] == 1, calls  # the newcomer's member id; the others' are remembered
+        assert moved[3] != first[3] and moved[3][0] not in members_of(first)
+        # the newcomer's member id, and any other process new to the groups; the others' are remembered
+        assert calls["info"] == len(members_of(moved) - members_of(first)), calls
 
         placement.forget()
         calls.clear()
         assert a_pass(placement) == moved
-        assert calls["info"] == 5, calls
+        assert calls["info"] == len(members_of(moved)), calls
     finally:
         placement.close()
