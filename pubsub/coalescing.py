@@ -93,14 +93,19 @@ class Coalescer:
         filters = self.filters
         if pub.mode != "direct" or filters.held("direct", pub.filter):  # type: ignore[union-attr]
             sock.send(frame)  # type: ignore[attr-defined]
-        else:
-            now = time.monotonic_ns()
-            if now - self._drained_ns >= DRAIN_GAP_NS:  # (a subscriber's subscribe() waits for a probe, which
-                self._drained_ns = now  # reads them first: one skipped meanwhile is not owed the message)
-                self.drain()
-                if filters.held("direct", pub.filter):  # type: ignore[union-attr]
-                    sock.send(frame)  # type: ignore[attr-defined]
+        elif self._drain_due() and filters.held("direct", pub.filter):  # type: ignore[union-attr]
+            sock.send(frame)  # type: ignore[attr-defined]  # (a subscriber's subscribe() waits for a probe,
+            # which reads the filters first: one skipped between two reads is not owed the message)
         self.to_patterns(pub, frame, sock)
+
+    def _drain_due(self) -> bool:
+        """Read the filters that came, at most every DRAIN_GAP_NS; True if they were read now."""
+        now = time.monotonic_ns()
+        if now - self._drained_ns < DRAIN_GAP_NS:
+            return False
+        self._drained_ns = now
+        self.drain()
+        return True
 
     def early(self, pub: Publication, env: Envelope, held: list[Envelope]) -> None:
         """A message held while its topic registers (pubsub/advertising.py; `held` ends with it) goes at
@@ -111,10 +116,7 @@ class Coalescer:
         if sock is None or filters is None:
             return
         if pub.mode == "direct":
-            now = time.monotonic_ns()
-            if now - self._drained_ns >= DRAIN_GAP_NS:
-                self._drained_ns = now
-                self.drain()  # (a filter that came for a held topic sends what it holds: `early_exact`)
+            self._drain_due()  # (a filter that came for a held topic sends what it holds: `early_exact`)
             self.early_exact(pub, held)
         if filters.patterns:
             self.to_patterns(pub, env.encode(self._packer), sock)
@@ -127,8 +129,9 @@ class Coalescer:
         A subscriber drops by seq what comes twice."""
         mark = self.filters.arrival("direct", pub.filter)  # type: ignore[union-attr]
         sock = self._socket_of(pub)
-        if not mark or not held or sock is None or held[-1].seq <= pub.early_exact_seq and mark == pub.early_exact_mark:
-            return
+        if not mark or not held or sock is None or (held[-1].seq <= pub.early_exact_seq
+                                                      and mark == pub.early_exact_mark):
+            return  # (no filter held, or everything held went already to the filters held now)
         if pub.history.keeping():  # kept from now on, as the release would keep it: a subscriber that has
             for env in held[max(0, pub.history.last_seq - held[0].seq + 1):]:  # it may ask for it again (a
                 pub.retain(env)  # durable one after a restart); none is kept yet when nothing would keep it

@@ -268,10 +268,11 @@ class TopicState:
         """A publisher the record does not name yet, taken by its first frame (the io loop's
         `_meet_publisher`) as `reconcile` would take it once named: a best-effort subscription without
         history, after its first reconcile, is owed a publisher met later from seq 1 (or from where it
-        stood when forgotten). None: this subscription waits for the record (its terms matter)."""
+        stood when forgotten). `entry` holds a first publish's terms (no strength: the record brings any
+        election). None: this subscription waits for the record (its terms matter)."""
         pid = entry.id
         if (self.reliable or self.history or not self._joined or self.unmatched or pid in self.streams
-                or pid in self.departed or self._mismatch(entry)):
+                or pid in self.departed or entry.strength is not None or self._mismatch(entry)):
             return None
         st = Stream(entry, catching_up=False)
         resume = self.resume.pop(pid, 1)
@@ -281,9 +282,6 @@ class TopicState:
         st.provisional = True
         self.streams[pid] = st
         self.stats.publishers.add(pid)
-        if entry.strength is not None:
-            chosen = leader([s.entry for s in self.streams.values()])
-            self._leader = None if chosen is None else chosen.id
         held = self.strangers.pop(pid, None)
         if held:
             self._stranger_count -= len(held)
