@@ -164,14 +164,16 @@ def _failed(k: int, trail: list[str], timeouts: int, t0: float, error: str) -> L
     return LookupResult(k, False, None, trail, timeouts, ms, error)
 
 
-def contact(rpc: RpcClient, endpoint: str, timeout: float) -> None:
-    """Wait at most `timeout` seconds for `endpoint` to answer a ping; a DhtError saying what was tried,
-    for how long, otherwise. Commands call it first so that a dead or wrong peer ends them quickly."""
+def contact(rpc: RpcClient, endpoint: str, timeout: float) -> dict:
+    """Wait at most `timeout` seconds for `endpoint` to answer a ping (its reply: the node's id and the
+    ring's id width); a DhtError saying what was tried, for how long, otherwise. Commands call it first
+    so that a dead or wrong peer ends them quickly."""
     reply = rpc.call(endpoint, "ping", timeout=timeout, retries=0)
     if not reply.ok:
         why = ("is a chordpub node running there? A ring started with --curve answers only clients "
                "holding its keys" if reply.timed_out else reply.err)
         raise DhtError(f"no reply from {endpoint} within {timeout:g}s ({why})", unreachable=reply.timed_out)
+    return reply.body
 
 
 class DhtClient:
@@ -204,6 +206,14 @@ class DhtClient:
             bits = self._first_info().get("bits")
             self._bits = check_bits(bits if isinstance(bits, int) else 64)
         return self._bits
+
+    def learn_width(self, bits: object) -> None:
+        """Keep the ring's id width a node named (its `ping` reply does), sparing `bits` an `info`."""
+        if self._bits is None and isinstance(bits, int):
+            try:
+                self._bits = check_bits(bits)
+            except ValueError:
+                pass  # not a width we can use: `bits` asks, and says so
 
     # -- operations -----------------------------------------------------------------------------
     def ping(self, endpoint: str | None = None) -> bool:

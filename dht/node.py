@@ -97,7 +97,7 @@ class ChordNode:
         self.prober = Prober(self)
         self._said_error: str | None = None
         self._handlers: dict[str, Callable[[dict], dict]] = {
-            "ping": lambda r: {"node_id": wire.encode_id(self.me.id)},
+            "ping": lambda r: {"node_id": wire.encode_id(self.me.id), "bits": self.config.bits},
             "info": lambda r: self.info(r.get("topics", 0)),
             "next_hop": self._on_next_hop,
             "get_links": self._on_get_links,

@@ -171,7 +171,8 @@ class Client(ConsensusFace):
             self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
                                        heartbeat, timeout, self._check_open)
             self.publisher.on_dead_letter = self._dead_letter
-            contact(self.registrar.dht.rpc, via, timeout if connect_timeout is None else connect_timeout)
+            self.registrar.learn_ring(contact(self.registrar.dht.rpc, via,
+                                              timeout if connect_timeout is None else connect_timeout))
             if metrics_port is not None:
                 from dht.metrics import serve
                 from pubsub.metrics import ClientCollector

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from dht.ids import in_half_open
+from dht.routing import Peer
 from pubsub.archive import ArchivedPublisher
 from pubsub.directory import PublisherEntry
 
@@ -93,6 +94,20 @@ class OwnerArcs:
         if self._arcs.get(endpoint) != (lo, hi):
             self._arcs[endpoint] = (lo, hi)
             self._sorted = sorted((h, lo_, e) for e, (lo_, h) in self._arcs.items())
+
+    def learn_links(self, me: Peer, predecessor: Peer | None, successors: list[Peer]) -> None:
+        """The arcs a node's links imply: its own, (predecessor, me], and each successor's, (the one
+        before it, it]. A successor's is a guess (a node may have joined between two of them since):
+        its owner's "not the owner" corrects it as it does any arc gone stale."""
+        if predecessor is None:
+            return
+        self.learn(me.endpoint, (predecessor.id, me.id))
+        before = me
+        for peer in successors:
+            if peer.id == me.id or peer.endpoint in self._arcs:
+                return
+            self.learn(peer.endpoint, (before.id, peer.id))
+            before = peer
 
     def forget(self, endpoint: str) -> None:
         if self._alone == endpoint:

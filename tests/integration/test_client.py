@@ -30,6 +30,28 @@ def subscribers(via: str, topic: str) -> int:
         return topic_info(client, topic)["subscribers"]
 
 
+def test_a_clients_first_publishes_go_straight_to_their_owners_with_no_info_and_no_lookup(ring):
+    """A Client learns the ring's id width and the arcs around its entry node as it starts (a `ping`
+    and a `get_links`): on a ring its entry node's successor list covers, each of 40 new topics (and
+    their prefix record) is registered at its owner with no `info` and no lookup asked.
+    To see it fail: `learn_ring` returning at once, or `ping` not naming the width (the first
+    placement then asks `info`, and looks up every owner whose arc it does not know)."""
+    asked = {"info": 0, "lookup_id": 0}
+    with Client(ring.nodes[0].endpoint) as client:
+        dht = client.registrar.dht
+        for name in asked:
+            def counted(*args, _real=getattr(dht, name), _name=name, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                asked[_name] += 1
+                return _real(*args, **kwargs)
+            setattr(dht, name, counted)
+        for i in range(40):
+            client.publish(f"straight/{i}", b"x")
+        regs = client.registrar.regs
+        wait_for(lambda: len(regs) >= 80 and all(r.placed for r in list(regs.values())), 10,
+                 what="every topic's fields in place at its owner")
+    assert asked == {"info": 0, "lookup_id": 0}
+
+
 def test_subscribe_then_publish_200_rounds_loses_nothing(ring):
     """Each round: a subscription is made on a topic whose best-effort publisher is running, then the
     publisher sends one numbered message. subscribe() returns only once the publisher holds our
