@@ -254,8 +254,12 @@ class DhtClient:
         return found
 
     def _learn(self, entry: str, found: LookupResult) -> None:
-        seen = [entry, *found.path] + ([found.owner.endpoint] if found.owner else [])
-        merged = list(dict.fromkeys(seen + self.entry_points))
+        self.learn_entry_points([entry, *found.path] + ([found.owner.endpoint] if found.owner else []))
+
+    def learn_entry_points(self, endpoints: list[str]) -> None:
+        """Nodes a lookup may start at when the entry node is gone, these first (at most
+        MAX_ENTRY_POINTS kept): those a lookup passed through, or the entry node's links."""
+        merged = list(dict.fromkeys(endpoints + self.entry_points))
         self.entry_points = merged[:MAX_ENTRY_POINTS]
 
     def _at_owner(self, key: str, op: str, /, attempts: int = 4, **fields: object) -> dict:

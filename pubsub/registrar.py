@@ -92,10 +92,15 @@ class Registrar:
             return
         try:
             me = wire.decode_peer({"id": entry.get("node_id"), "endpoint": self.dht.via}, "node")
-            self.arcs.learn_links(me, wire.decode_optional_peer(links.body.get("predecessor"), "predecessor"),
-                                  wire.decode_peers(links.body.get("successors"), "successors"))
+            predecessor = wire.decode_optional_peer(links.body.get("predecessor"), "predecessor")
+            successors = wire.decode_peers(links.body.get("successors"), "successors")
         except wire.WireError as exc:
             log.info("the entry node's links are unusable (%s): placements look their owners up", exc)
+            return
+        self.arcs.learn_links(me, predecessor, successors)
+        # where lookups may start if the entry node dies: with the arcs known, none may run before
+        self.dht.learn_entry_points([me.endpoint, *(p.endpoint for p in successors),
+                                     *([predecessor.endpoint] if predecessor else [])])
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()

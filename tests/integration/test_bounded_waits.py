@@ -3,8 +3,11 @@
 
 To see them fail: add `time.sleep(4)` after the connect timeout in `chordpub.cli_common.dht_client`
 (the deadline test reports how long the command took against the interpreter's start-up); make
-`DhtClient._learn` return at once (the client then knows only its entry node, and the subscription
-made after that node died raises "could not subscribe ... within 10s")."""
+the registrar keep a dead owner's arc after a placement there failed (`pass` for the
+`self.arcs.forget(owner)` of a failed reply in pubsub/registrar.py `_apply`: the subscription made
+after the entry node died goes to that node again and again, "could not subscribe ... within 10s");
+make `DhtClient.learn_entry_points` return at once (a ring client whose entry node is gone then
+starts its lookups only there, and finds nothing)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ import zmq
 
 from chordpub import Client
 from chordpub.launcher import wait_for
-from dht.client import DhtError
-from dht.ids import key_id, owner_of
+from dht.client import DhtClient, DhtError
+from dht.ids import in_half_open, key_id, owner_of
 from tests.conftest import one_error_line, run_cli, start_module_ring
 
 SLACK = 3.0  # on top of the deadline and of an interpreter's start-up measured beside it (a loaded
@@ -132,18 +135,32 @@ def test_losing_the_entry_node_mid_run_is_retried_through_other_nodes(ring_facto
             return len(received) > seen[0]
 
         wait_for(delivered_after_a_lease, 20, interval=0.05, what="delivery a lease after the entry node died")
-        # renewals go straight to the topic's owner; a topic that a node whose arc the client has never
-        # been told of owns needs a lookup, which the dead entry node cannot start: only the nodes the
-        # client learnt can (with DhtClient._learn disabled, this subscribe fails: "could not subscribe
-        # ... within 10s"). Whatever the ring's ids, the later topic is chosen so: owned by a live node
-        # that is neither the first topic's owner nor the entry
-        owner_id = ids[owner_at]
-        later_topic = next(t for t in (f"{topic}-later-{i}" for i in range(1000))
-                           if owner_of(ids, key_id(t)) not in (owner_id, entry.id))
+        # renewals go straight to the topic's owner. A topic in the dead entry node's arc is sent there
+        # first (the client learnt that arc from the entry node's links when it started); once that
+        # fails the arc is forgotten, and the topic's owner found again: from an arc another reply
+        # taught, or by a lookup from another node the client learnt (the dead entry node cannot start
+        # one). Whatever the ring's ids, the later topic is chosen so
+        before_entry = ids[(ids.index(entry.id) - 1) % len(ids)]
+        later_topic = next(t for t in (f"{topic}-later-{i}" for i in range(10_000))
+                           if in_half_open(key_id(t), before_entry, entry.id))
         later: list[str] = []
         sub_client.subscribe(later_topic, callback=lambda m: later.append(m.text))
         wait_for(lambda: pub_client.publish(later_topic, "x") and bool(later), 20, interval=0.05,
                  what="a topic subscribed after the entry node died")
+
+
+def test_lookups_start_at_the_nodes_learnt_once_the_entry_node_is_gone(ring, dead_endpoint):
+    """A ring client whose entry node is gone starts its lookups at the nodes it learnt (those a lookup
+    passed through, or, for a Client, its entry node's links) and finds the owner; before it learnt
+    any, the lookup fails and says so, never raising."""
+    with DhtClient(dead_endpoint, timeout=0.3, retries=0) as client:
+        alone = client.lookup_id(12345)
+        assert not alone.ok and not alone.path, alone
+        client.learn_entry_points([ring.nodes[1].endpoint, ring.nodes[2].endpoint])
+        found = client.lookup_id(12345)
+        assert found.ok and found.owner is not None, found
+        ids = sorted(n.id for n in ring.nodes)
+        assert found.owner.id == owner_of(ids, 12345)
 
 
 def test_ring_check_steps_over_a_dead_node_while_the_ring_heals(ring_factory):
