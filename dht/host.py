@@ -34,6 +34,7 @@ import zmq
 from dht.consensus_service import ConsensusService
 from dht.gate import Denials
 from dht.group_placement import SERVICE, Placement
+from dht.hop_lane import HopLane
 from dht.ids import position_endpoint
 from dht.local_calls import LocalFirst
 from dht.maintenance import Maintainer
@@ -82,6 +83,7 @@ class ChordHost:
         shared.consensus = self.consensus.summary
         self.positions = [ChordNode(config, shared, i) for i in range(config.vnodes)]
         self.server.tally = self._tally_served
+        self.server.lane = HopLane(self.positions)
         self.notifier.tally = self._tally_published
         timeout = self.positions[0].timeout
         self.round_trips = RoundTrips()  # per peer process: positions of one process share the path

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dht import wire
 from dht.durable import DurableStore
+from dht.hop_table import HopTable
 from dht.ids import in_half_open, in_open, key_id, position_endpoint
 from dht.membership import Members
 from dht.node_config import NodeConfig
@@ -63,6 +64,7 @@ class ChordNode:
         nid = config.id if config.id is not None and index == 0 else key_id(endpoint, config.bits)
         self.me = Peer(nid, endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors, prs=config.prs)
+        self.hops = HopTable(self.routing, wire.encode_peer)  # next_hop's answers: see hop_table()
         self.records = RecordTable(config.bits)
         observer = self.records.observe
         self.data_dir = (None if config.data_dir is None
@@ -76,7 +78,11 @@ class ChordNode:
         self.predecessor_heard = float("-inf")  # when the predecessor last asked for our links (stabilize)
         self.predecessor_every = 1  # and the periods to its next round at most, as it said then
         self.handed_foreign: set[str] = set()  # keys handed over to us that others own (_on_handover)
-        self.next_hops_served = 0  # next_hop requests answered: the lookup steps this node served
+        # next_hop requests answered by the handler (the server's, and the maintenance thread's own
+        # lookups: dht/local_calls.py), under the lock; and by the server's lane (dht/hop_lane.py), which
+        # only the server thread writes, without it
+        self.steps_handled = 0
+        self.steps_in_lane = 0
         self.record_items = 0  # items of `records` requests on records it owns: registrations, renewals, reads
         self.record_writes = 0  # of which changed a record: registrations, unregistrations
         self.bytes_in = 0  # requests to this position
@@ -209,12 +215,28 @@ class ChordNode:
                 "events_bytes": self.events_bytes, "events": self.events,
                 "record_fields": sum(len(f) for f in self.records.fields.values())}
 
+    @property
+    def next_hops_served(self) -> int:
+        """next_hop requests answered: the lookup steps this node served."""
+        return self.steps_handled + self.steps_in_lane
+
     def _on_next_hop(self, req: dict) -> dict:
-        self.next_hops_served += 1
-        hop = self.routing.next_hop(req["key_id"], req.get("avoid", ()))
-        if hop is None:
+        self.steps_handled += 1
+        avoid = req.get("avoid")
+        if avoid:
+            hop = self.routing.next_hop(req["key_id"], avoid)
+            answer = None if hop is None else (hop.done, wire.encode_peer(hop.peer))
+        else:
+            answer = self.hop_table().next_hop(req["key_id"])
+        if answer is None:
             raise Refused("no route: every known node is avoided")
-        return {"done": hop.done, "peer": wire.encode_peer(hop.peer)}
+        return {"done": answer[0], "peer": answer[1]}
+
+    def hop_table(self) -> HopTable:
+        """next_hop's answers as the routing table now stands (dht/hop_table.py). Called with the lock held."""
+        if not self.hops.current(self.routing):
+            self.hops = HopTable(self.routing, wire.encode_peer)
+        return self.hops
 
     def _on_get_links(self, req: dict) -> dict:
         asker = req.get("peer")
