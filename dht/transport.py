@@ -146,7 +146,7 @@ class RpcClient:
         """Send one request and wait for its reply; never raises for network trouble."""
         timeout = self.timeout if timeout is None else timeout
         retries = self.retries if retries is None else retries
-        err, gone = f"no reply from {endpoint} within {timeout:g}s", False
+        err, gone = None, False
         for _attempt in range(retries + 1):
             if self._gone(endpoint):
                 # closed or refused before: a new connection, judged on its own events (a process
@@ -173,7 +173,7 @@ class RpcClient:
             self._timed_out(endpoint)
         if self.on_rtt is not None:
             self.on_rtt(endpoint, None)
-        return Reply(False, err=err, timed_out=True, gone=gone)
+        return Reply(False, err=err or f"no reply from {endpoint} within {timeout:g}s", timed_out=True, gone=gone)
 
     def _await(self, rid: int, timeout: float, endpoint: str | None = None) -> dict | None:
         deadline = time.monotonic() + timeout
