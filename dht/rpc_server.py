@@ -17,7 +17,7 @@ from collections.abc import Callable
 import zmq
 
 from dht import wire
-from dht.transport import Refused, SocketSetup, base_options, bind_port
+from dht.transport import Refused, SocketSetup, base_options, bind_port, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class RpcServer:
             reply = [frames[0], body] if body is not None else self.handle_frames(frames, principal)
             if reply is not None:
                 try:
-                    sock.send_multipart(reply, zmq.NOBLOCK)
+                    send_frames(sock, reply)
                     self.bytes_sent += len(reply[-1])
                 except zmq.ZMQError as exc:  # peer gone: drop the reply
                     log.debug("reply not sent: %s", exc)

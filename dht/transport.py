@@ -77,6 +77,20 @@ def bind_port(sock: zmq.Socket, host: str, port: int = 0) -> int:
     return port
 
 
+# send_multipart(frames, NOBLOCK)'s flags as plain ints: pyzmq's own combines its flag enums in Python
+# on every call, as it type-checks every frame, and on a request's way through a process that was idle
+# each such function costs several times its warm price (BENCHMARKS.md, the lookup's lane)
+_MORE_NOBLOCK = int(zmq.SNDMORE) | int(zmq.NOBLOCK)
+_NOBLOCK = int(zmq.NOBLOCK)
+
+
+def send_frames(sock: zmq.Socket, frames: list[bytes]) -> None:
+    """`sock.send_multipart(frames, zmq.NOBLOCK)` for frames that are bytes."""
+    for part in frames[:-1]:
+        sock.send(part, _MORE_NOBLOCK)
+    sock.send(frames[-1], _NOBLOCK)
+
+
 def base_options(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
@@ -328,13 +342,13 @@ class RpcClient:
                                     "message limit")
         try:
             try:
-                self.socket.send_multipart([peer, body], zmq.NOBLOCK)
+                send_frames(self.socket, [peer, body])
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EHOSTUNREACH:
                     raise
                 # the connection itself is gone (a refused handshake, say): open a new one and resend
                 self.reset(endpoint)
-                self.socket.send_multipart([self._peer(endpoint), body], zmq.NOBLOCK)
+                send_frames(self.socket, [self._peer(endpoint), body])
         except zmq.ZMQError as exc:  # its queue is full (a peer that long stopped reading), or gone
             self.reset(endpoint)
             return Reply(False, err=f"send failed: {exc}")
