@@ -69,12 +69,27 @@ class Chaos:
         return self.hosts[number - 1]
 
     def spawn(self, number: int, *args: str, out: str) -> subprocess.Popen:
+        """Start `args` on host `number`: its stdout to `out`, its stderr there too (a .log) or beside it."""
         host = self.host(number)
         with open(self.workdir / out, "ab") as sink:
-            p = host.popen([sys.executable, *args], stdout=sink, stderr=subprocess.STDOUT if out.endswith(".log")
-                           else subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            errs = subprocess.STDOUT if out.endswith(".log") else open(self.workdir / f"{Path(out).stem}.err", "ab")  # noqa: SIM115
+            try:
+                p = host.popen([sys.executable, *args], stdout=sink, stderr=errs, stdin=subprocess.DEVNULL)
+            finally:
+                if errs is not subprocess.STDOUT:
+                    errs.close()
         self.ring.procs.append(p)
         return p
+
+    def said(self) -> str:
+        """What each candidate and node last said: the reason a wait failed, kept in the test's report
+        (the files themselves go with pytest's old temporary directories)."""
+        lines = []
+        for path in sorted(self.workdir.glob("elect-*.*")) + sorted(self.workdir.glob("h*-*.log")):
+            text = [t for t in path.read_text(errors="replace").splitlines()
+                    if path.suffix != ".log" or " WARNING " in t or " ERROR " in t]
+            lines += [f"{path.name}: {t[:200]}" for t in text[-3:]]
+        return "\n".join(lines)
 
     def via(self, number: int) -> str:
         return self.ring.endpoint(self.host(number))
@@ -156,7 +171,10 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
         assert ring.wait_ring(run.host(1), HOSTS)["seconds"] is not None
         for i in range(len(CANDIDATE_HOSTS)):
             run.start_candidate(f"c{i}", run.host_of(f"c{i}"))
-        wait_for(run.leading, 60, interval=0.1, what="a first leader")
+        try:
+            wait_for(run.leading, 60, interval=0.1, what="a first leader")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; what the candidates and nodes said:\n{run.said()}") from None
         for i, number in enumerate(KV_HOSTS):
             run.spawn(number, "-m", "tests.helpers.kv_worker", "--via", run.via(number), "--name", f"w{i}",
                       "--seconds", str(SECONDS + 5), "--seed", str(i), "--rate", "20",
