@@ -110,7 +110,12 @@ class RpcServer:
                 self._waiting = False
             if frames[0] == self._wake_id:
                 continue
-            body = self.lane(frames[1]) if self.lane is not None and len(frames) == 2 else None
+            body = None
+            if self.lane is not None and len(frames) == 2:
+                try:
+                    body = self.lane(frames[1])
+                except Exception:  # a bug in the lane: the general path answers, the server lives on
+                    log.exception("lane failed on %r", frames[1][:64])
             reply = [frames[0], body] if body is not None else self.handle_frames(frames, principal)
             if reply is not None:
                 try:

@@ -73,3 +73,18 @@ def test_a_dead_peer_costs_its_timeout_and_a_fresh_connection(servers):
         assert rpc.call(made[1].endpoint, "ping").get("who") == 1  # the socket still serves the living
         bad = rpc.call("not-an-endpoint", "ping")
         assert not bad.ok and "malformed endpoint" in bad.err
+
+
+def test_a_lane_that_raises_leaves_the_request_to_the_general_path_and_the_server_serving(servers):
+    """To see it fail, let the server call its lane unguarded (the serving thread dies with it)."""
+    made, ctx = servers
+    calls: list[bytes] = []
+
+    def broken(frame: bytes) -> bytes:
+        calls.append(frame)
+        raise RuntimeError("a bug in a lane")
+
+    made[0].lane = broken
+    with RpcClient(timeout=2.0, retries=0, context=ctx) as rpc:
+        assert [rpc.call(made[0].endpoint, "ping").get("who") for _ in range(3)] == [0, 0, 0]
+    assert len(calls) == 3
