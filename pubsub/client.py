@@ -244,6 +244,13 @@ class Client(ConsensusFace):
         sequence number (0 for no payloads)."""
         return self.publisher.publish_many(topic, payloads, key=key, priority=priority)
 
+    def flush(self) -> None:
+        """Send now the messages still waiting to share a frame with the next (a publisher sending fast
+        coalesces them for at most half a millisecond, or longer on a busy machine): once this returns,
+        everything published before it has left for the subscribers connected now."""
+        self._check_open()
+        self.publisher.publishing.flush()
+
     # -- subscribing -------------------------------------------------------------------------------------
     def subscribe(self, topic: str, *, history: int = 0, reliable: bool = False, mode: str = "direct",
                   callback: Callable[[Message], None] | Callable[[list[Message]], None] | None = None,

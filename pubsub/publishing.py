@@ -256,6 +256,11 @@ class PublishingSide:
             with self.lock:
                 self.runs.send_paused(now)
 
+    def flush(self) -> None:
+        """Send every run still waiting, now (`Client.flush`)."""
+        with self.lock:
+            self.runs.send_all()
+
     def publish_many(self, topic: str, payloads: list[bytes], key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:
         """`publish` for each payload in order, taking the lock once per PUBLISH_MANY_CHUNK of them

@@ -154,6 +154,21 @@ def test_a_flood_goes_out_in_runs_and_a_message_after_a_pause_alone(publishing):
     assert isinstance(alone, Envelope) and alone.seq == 1001 and not side.runs.waiting, "sent at once, not held"
 
 
+def test_flush_sends_what_waits_in_a_run_at_once(publishing):
+    """No io loop here: without `flush` the run would wait for one. (To see it fail, let
+    `PublishingSide.flush` send nothing.)"""
+    side, sub = publishing
+    side.runs.wake = lambda: None
+    for i in range(5):
+        side.publish("t", b"%d" % i)
+    assert side.runs.waiting, "a flood of five waits in a run"
+    side.flush()
+    frames = received(sub, 5)
+    assert [s for f in frames for s in (range(f.seq, f.seq + len(f.payloads)) if isinstance(f, Run) else [f.seq])] \
+        == [1, 2, 3, 4, 5]
+    assert not side.runs.waiting and not side.publications["t"].pending
+
+
 def test_a_run_is_cut_at_its_byte_bound(publishing):
     side, sub = publishing
     side.runs.wake = lambda: None
