@@ -171,10 +171,15 @@ def chaos(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - Chaos
         assert ring.wait_ring(run.host(1), HOSTS)["seconds"] is not None
         for i in range(len(CANDIDATE_HOSTS)):
             run.start_candidate(f"c{i}", run.host_of(f"c{i}"))
+        def first_leader() -> str | None:
+            if all(p.poll() is not None for p in run.candidates.values()):
+                raise RuntimeError("every candidate exited before one led")
+            return run.leading()
+
         try:
-            wait_for(run.leading, 60, interval=0.1, what="a first leader")
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}; what the candidates and nodes said:\n{run.said()}") from None
+            wait_for(first_leader, 60, interval=0.1, what="a first leader")
+        except (TimeoutError, RuntimeError) as exc:
+            raise AssertionError(f"{exc}; what the candidates and nodes said:\n{run.said()}") from None
         for i, number in enumerate(KV_HOSTS):
             run.spawn(number, "-m", "tests.helpers.kv_worker", "--via", run.via(number), "--name", f"w{i}",
                       "--seconds", str(SECONDS + 5), "--seed", str(i), "--rate", "20",
