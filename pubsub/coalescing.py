@@ -8,8 +8,9 @@ and is woken when one starts). A message published after a pause goes out at onc
 publisher's latency is unchanged, and a flood costs one send and one decode per run rather than
 per message: the per-message cost that bounded throughput on both sides.
 
-A topic still registering sends its messages at once to the subscribers already listening (`early`),
-and once registered, again only to those that came since.
+A topic still registering sends its messages to the subscribers already listening (`early`), in runs
+as above (one by one while a pattern follows the topic, whose frames go their own way), and once
+registered, again only to those that came since.
 
 A direct topic's frame goes out once more for each pattern subscribed at the socket that matches the
 topic (`pubsub.envelope.wrap_for_pattern`): the patterns come from the subscribers' filters
@@ -135,10 +136,30 @@ class Coalescer:
         if pub.history.keeping():  # kept from now on, as the release would keep it: a subscriber that has
             for env in held[max(0, pub.history.last_seq - held[0].seq + 1):]:  # it may ask for it again (a
                 pub.retain(env)  # durable one after a restart); none is kept yet when nothing would keep it
-        start = 0 if mark != pub.early_exact_mark else max(0, pub.early_exact_seq - held[0].seq + 1)
-        for env in held[start:]:
-            sock.send(env.encode(self._packer))  # type: ignore[attr-defined]
+        if mark != pub.early_exact_mark:  # a filter came: everything held, in runs (what waits goes first)
+            self.send_run(pub)
+            self._send_runs(pub, held, sock)
+        elif self.filters.patterns:  # type: ignore[union-attr]
+            for env in held[max(0, pub.early_exact_seq - held[0].seq + 1):]:  # (a run would go to the
+                sock.send(env.encode(self._packer))  # type: ignore[attr-defined]  # patterns too: `early`'s)
+        else:  # coalesced as any message is: a flood while the topic registers goes in runs, not one by one
+            for env in held[max(0, pub.early_exact_seq - held[0].seq + 1):]:
+                self.send(pub, env, env.sent_ns)
         pub.early_exact_seq, pub.early_exact_mark = held[-1].seq, mark
+
+    def _send_runs(self, pub: Publication, envs: list[Envelope], sock: object) -> None:
+        """`envs` (consecutive) in frames cut as `send` cuts its runs: COALESCE_MAX messages, COALESCE_BYTES
+        of payload, one epoch."""
+        run: list[Envelope] = []
+        size = 0
+        for env in envs:
+            if run and (len(run) >= COALESCE_MAX or size >= COALESCE_BYTES or env.epoch != run[0].epoch):
+                sock.send(encode_run(run, self._packer))  # type: ignore[attr-defined]
+                run, size = [], 0
+            run.append(env)
+            size += len(env.payload)
+        if run:
+            sock.send(encode_run(run, self._packer))  # type: ignore[attr-defined]
 
     def early_all(self, pub: Publication, held: list[Envelope], heads: frozenset) -> None:
         """Every message `pub` holds, to the patterns `heads` (subscribed since they were held)."""

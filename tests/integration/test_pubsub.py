@@ -276,8 +276,7 @@ def test_a_reliable_joiner_of_a_publisher_without_history_is_owed_from_its_next_
     dead: list = []
     with Client(via, heartbeat=0.3) as publisher, Client(via, heartbeat=0.3, on_dead_letter=dead.append) as client:
         publisher.advertise("plain-running")  # registered: what it publishes now goes out at once, to nobody
-        for i in range(5):
-            publisher.publish("plain-running", f"before {i}")
+        publisher.publish_many("plain-running", [f"before {i}" for i in range(5)])
         publisher.flush()  # out before the subscriber comes, however late a busy io loop would send the run
         server, dropped, ops = publisher.io.service.server, [], []
         handle_frames = server.handle_frames

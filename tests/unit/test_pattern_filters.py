@@ -9,8 +9,8 @@ import msgpack
 import pytest
 import zmq
 
-from pubsub.coalescing import Coalescer
-from pubsub.envelope import decode_frame, inner_frame, pattern_filter, topic_filter
+from pubsub.coalescing import COALESCE_MAX, Coalescer
+from pubsub.envelope import Run, decode_frame, inner_frame, pattern_filter, topic_filter
 from pubsub.filters import Filters
 from pubsub.publication import Publication
 from pubsub.publishing import PublishingSide
@@ -69,6 +69,18 @@ def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
     assert inner is not None and bytes(inner) == plain and decode_frame(inner).payload == b"three"
 
 
+MS = 1_000_000  # publish times a millisecond apart: each message goes at once, in no run
+
+
+def payloads(frames: list[bytes]) -> list[bytes]:
+    """The messages in `frames`, in order (a run's each)."""
+    out: list[bytes] = []
+    for frame in frames:
+        decoded = decode_frame(frame)
+        out += decoded.payloads if isinstance(decoded, Run) else [decoded.payload]
+    return out
+
+
 def registering(*topics: str, history: int = 0) -> tuple[PublishingSide, ...]:
     """A publishing side's state alone (no sockets, no context), `topics` published and still registering
     (each keeping `history` messages): (the side, each topic's publication)."""
@@ -119,30 +131,26 @@ def test_a_registering_topics_messages_reach_listening_exact_subscribers_at_once
     the first message), or `send_released` send to the exact subscribers again (the release repeats
     what went early)."""
     side, listened, joined = registering("dev/1/temp", "dev/2/temp")
-
-    def payloads(frames: list[bytes]) -> list[bytes]:
-        return [decode_frame(f).payload for f in frames]
-
     side._filters.message("direct", b"\x01" + topic_filter("dev/1/temp"))
-    side._publish(listened, b"a", None, 4, 1)
-    side._publish(listened, b"b", None, 4, 2)
+    side._publish(listened, b"a", None, 4, 1 * MS)
+    side._publish(listened, b"b", None, 4, 2 * MS)
     assert payloads(side.direct.sent) == [b"a", b"b"]
     side.release("dev/1/temp")
     assert payloads(side.direct.sent) == [b"a", b"b"], "the release sent them again"
 
     side.direct.sent.clear()
-    side._publish(joined, b"c", None, 4, 3)
+    side._publish(joined, b"c", None, 4, 3 * MS)
     assert side.direct.sent == [], "no filter of the topic held: nothing goes yet"
     side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))
     side._held_to_exact({topic_filter("dev/2/temp")})
-    side._publish(joined, b"d", None, 4, 4)
+    side._publish(joined, b"d", None, 4, 4 * MS)
     assert payloads(side.direct.sent) == [b"c", b"d"]
     side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))  # a second subscriber's
     side._held_to_exact({topic_filter("dev/2/temp")})
     assert payloads(side.direct.sent) == [b"c", b"d", b"c", b"d"], "the newcomer gets all that was held"
     side._filters.message("direct", b"\x01" + topic_filter("dev/2/temp"))  # a third, not looked at
     side.release("dev/2/temp")
-    assert payloads(side.direct.sent[4:]) == [b"c", b"d"], "the release owes the unseen newcomer all of them"
+    assert payloads(side.direct.sent)[4:] == [b"c", b"d"], "the release owes the unseen newcomer all of them"
 
 
 def test_what_a_registering_topic_sends_early_is_kept_then_and_the_release_keeps_the_rest_once():
@@ -153,16 +161,35 @@ def test_what_a_registering_topic_sends_early_is_kept_then_and_the_release_keeps
     To see it fail, make `Coalescer.early_exact` keep nothing: the history is empty while the
     subscriber has the first messages."""
     side, pub = registering("dev/9/temp", history=10)
-    side._publish(pub, b"a", None, 4, 1)  # no subscriber's filter yet: held, not kept
+    side._publish(pub, b"a", None, 4, 1 * MS)  # no subscriber's filter yet: held, not kept
     side._filters.message("direct", b"\x01" + topic_filter("dev/9/temp"))
     side._held_to_exact({topic_filter("dev/9/temp")})
-    side._publish(pub, b"b", None, 4, 2)
-    assert [decode_frame(f).payload for f in side.direct.sent] == [b"a", b"b"]
+    side._publish(pub, b"b", None, 4, 2 * MS)
+    assert payloads(side.direct.sent) == [b"a", b"b"]
     assert [e.payload for e in pub.history.range(1, None)] == [b"a", b"b"], "sent early, and kept"
     side._filters.message("direct", b"\x01" + topic_filter("dev/9/temp"))  # a filter the release owes all
-    side._publish(pub, b"c", None, 4, 3)
+    side._publish(pub, b"c", None, 4, 3 * MS)
     side.release("dev/9/temp")
     assert [e.payload for e in pub.history.range(1, None)] == [b"a", b"b", b"c"]
+
+def test_a_flood_while_its_topic_registers_goes_to_listening_subscribers_in_runs():
+    """A publisher that floods a topic from its first message (the topic still registering) sends it to
+    the exact subscribers already listening in runs, as it will once registered, not a frame each: one
+    frame a message made each of 16 publishers into one subscriber send 1.1-1.7 messages a frame
+    instead of 40, at half the throughput. The release sends none of them again.
+
+    To see it fail, make `Coalescer.early_exact` send each message it had not sent yet alone."""
+    side, pub = registering("fan/in")
+    side._filters.message("direct", b"\x01" + topic_filter("fan/in"))
+    for i in range(3 * COALESCE_MAX):
+        side._publish(pub, b"m%d" % i, None, 4, MS + i * 1000)  # a microsecond apart
+    side.runs.send_paused(10 * MS)  # the io loop, when the publisher has paused
+    sent = list(side.direct.sent)
+    assert payloads(sent) == [b"m%d" % i for i in range(3 * COALESCE_MAX)]
+    assert len(sent) <= 5, f"{len(sent)} frames for {3 * COALESCE_MAX} messages"
+    side.release("fan/in")
+    assert side.direct.sent == sent, "the release sent them again"
+
 
 class XpubSocket(Socket):
     """A PUB socket's side the filters come up on: `incoming` holds what subscribers sent."""
