@@ -161,7 +161,8 @@ def run_point(servers: Servers, system: str, workload: str, pubs: int, subs: int
         warm_files = ",".join(str(tmp / f"warm{i}") for i in range(subs)) if warm else ""
         for i in range(pubs):
             pub_procs.append(subprocess.Popen(
-                [*CHILD, "pub", system, url, "--topic", topic, "--topics", str(topics), "--count", str(count),
+                [*CHILD, "pub", system, url, "--index", str(i), "--topic", topic, "--topics", str(topics),
+                 "--count", str(count),
                  "--paced", str(paced), "--warm-files", warm_files, "--out", str(tmp / f"pub{i}.json"),
                  *(["--ready-file", str(tmp / f"pub-ready{i}"), "--go", str(tmp / "go")] if pubs > 1 else []),
                  "--stop", str(stop), "--data", str(tmp / f"pub-data{i}"), *pattern], start_new_session=True))

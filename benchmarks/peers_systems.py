@@ -6,8 +6,9 @@ commit_with, and JetStream with Nats-Msg-Id and a double ack (`ack_sync`).
 
 A child is started as `python benchmarks/peers_systems.py pub|sub SYSTEM URL ...` (see `main`). Every
 message is SIZE bytes and starts with its phase (w: warm-up, p: paced, f: flood) and the sender's
-wall clock in ns; a subscriber reads the clock where the application gets the message (its callback),
-which is where latency is measured, for every system alike.
+wall clock in ns (a warm-up message then names its publisher, `--index`); a subscriber reads the clock
+where the application gets the message (its callback), which is where latency is measured, for every
+system alike.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class AppDb:
         self.conn.execute("INSERT INTO applied VALUES (?, ?)", (HEAD.unpack_from(data)[1], data))
 
 
-def payload(phase: bytes) -> bytes:
-    head = HEAD.pack(phase, time.time_ns())
+def payload(phase: bytes, index: int = 0) -> bytes:
+    head = HEAD.pack(phase, time.time_ns()) + index.to_bytes(2, "big")
     return head + b"\x00" * (SIZE - len(head))
 
 
@@ -63,7 +64,7 @@ class Tally:
         self.flood = 0
         self.first_ns = self.last_ns = 0
         self.latencies: list[float] = []
-        self.warm = False
+        self.warm_from: set[int] = set()  # the publishers (`--index`) whose warm-up came
         self.done = threading.Event()
         self._seen, self._since = -1, time.monotonic()
 
@@ -78,7 +79,7 @@ class Tally:
         elif phase == b"p":
             self.latencies.append((now - sent_ns) / 1e6)
         else:
-            self.warm = True
+            self.warm_from.add(int.from_bytes(data[HEAD.size:HEAD.size + 2], "big"))
         if self.flood + len(self.latencies) >= self.expected:
             self.done.set()
 
@@ -202,10 +203,7 @@ async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Ta
                                pending_msgs_limit=10_000_000, pending_bytes_limit=-1)
     await nc.flush()
     Path(args.ready).write_text("1")
-    while args.warm and not tally.warm:
-        await asyncio.sleep(0.01)  # polling the tally with nats-py's loop running
-    if args.warm:
-        Path(args.warm).write_text("1")
+    _watch_warm(tally, args)
     deadline = time.monotonic() + args.limit
     while not tally.finished() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)  # polling the tally with nats-py's loop running
@@ -213,11 +211,20 @@ async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Ta
 
 
 def _watch_warm(tally: Tally, args: argparse.Namespace) -> None:
+    """Write WARM.i once publisher i's warm-up message came, for each publisher, until the flood begins
+    (on a thread of its own): each publisher floods only once its own messages reach every subscriber."""
     if not args.warm:
         return  # no warm-up: the publisher begins at once (the many-topics workload)
-    while not tally.warm:
-        time.sleep(0.01)  # polling the tally: the warm-up message arrives on the client's thread
-    Path(args.warm).write_text("1")
+
+    def watch() -> None:
+        written: set[int] = set()
+        while not tally.flood and not tally.done.is_set():
+            for index in set(tally.warm_from) - written:
+                Path(f"{args.warm}.{index}").write_text("1")
+                written.add(index)
+            time.sleep(0.01)  # polling the tally: warm-up messages arrive on the client's thread
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 # -- publishers -------------------------------------------------------------------------------------------
@@ -257,22 +264,22 @@ class Sender:
         self.sent += 1
         return f"m{self.sent}" if self.ids else None
 
-    def one(self, topic: str, phase: bytes) -> None:
+    def one(self, topic: str, phase: bytes, index: int = 0) -> None:
         if self.system in CHORDPUB:
-            self.client.publish(topic, payload(phase), msg_id=self.msg_id())
+            self.client.publish(topic, payload(phase, index), msg_id=self.msg_id())
         elif self.system.startswith("mqtt"):
-            info = self.mqtt.publish(topic, payload(phase), qos=self.qos)
+            info = self.mqtt.publish(topic, payload(phase, index), qos=self.qos)
             if self.qos:
                 info.wait_for_publish(30)
         else:
-            self.loop.run_until_complete(self._nats_one(topic, phase))
+            self.loop.run_until_complete(self._nats_one(topic, phase, index))
 
-    async def _nats_one(self, topic: str, phase: bytes) -> None:
+    async def _nats_one(self, topic: str, phase: bytes, index: int = 0) -> None:
         if self.js is not None:
             msg_id = self.msg_id()
-            await self.js.publish(topic, payload(phase), headers={"Nats-Msg-Id": msg_id} if msg_id else None)
+            await self.js.publish(topic, payload(phase, index), headers={"Nats-Msg-Id": msg_id} if msg_id else None)
         else:
-            await self.nc.publish(topic, payload(phase))
+            await self.nc.publish(topic, payload(phase, index))
             await self.nc.flush()
 
     def flood(self, topics: list[str], count: int) -> None:
@@ -339,10 +346,10 @@ async def _nats_connect(url: str):  # noqa: ANN202
 def publish(args: argparse.Namespace) -> None:
     args.topic_names = topic_names(args)
     sender = Sender(args)
-    warm = [Path(w) for w in args.warm_files.split(",") if w]
+    warm = [Path(f"{w}.{args.index}") for w in args.warm_files.split(",") if w]
     while not all(w.exists() for w in warm):  # each subscriber says when our warm-up reached it
         for t in args.topic_names:
-            sender.one(t, b"w")
+            sender.one(t, b"w", args.index)
         time.sleep(0.02)  # the warm-up's pace; the condition is the subscribers' files
     t0 = time.perf_counter()
     for i in range(args.paced):
@@ -375,7 +382,9 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=120.0)
     ap.add_argument("--ready", default="", help="subscriber: a file written once subscribed")
     ap.add_argument("--warm", default="", help="subscriber: a file written once a warm-up message arrived")
-    ap.add_argument("--warm-files", default="", help="publisher: the subscribers' --warm files, comma-separated")
+    ap.add_argument("--warm-files", default="", help="publisher: the subscribers' --warm files, comma-separated "
+                    "(each subscriber writes WARM.INDEX once publisher INDEX's warm-up reached it)")
+    ap.add_argument("--index", type=int, default=0, help="publisher: its number, named in its warm-up messages")
     ap.add_argument("--ready-file", default="", help="publisher: a file written once warm, before --go")
     ap.add_argument("--go", default="", help="publisher: flood once this file exists (with --ready-file)")
     ap.add_argument("--out", default="")
