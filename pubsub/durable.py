@@ -171,8 +171,9 @@ class DataDir:
                 self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)", tagged)
             self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
                                 "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
-            self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
-            self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
+            if trims:  # (an empty executemany still costs a statement's turn: most writes trim nothing)
+                self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
+                self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
             ids = [(e.topic, e.msg_id, e.seq, e.sent_ns) for e in messages if e.msg_id is not None]
             if ids:
                 self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)", ids)
@@ -223,15 +224,17 @@ class DataDir:
     def set_positions(self, name: str, handed: dict[str, int] | None = None,
                       committed: dict[str, int] | None = None) -> None:
         """Move a durable subscription's positions forward (never back)."""
-        rows = [(name, p, 0, s) for p, s in (handed or {}).items()]
         with self.lock, self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO UPDATE "
-                                "SET handed=max(handed, excluded.handed)", rows)
-            self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO UPDATE "
-                                "SET committed=max(committed, excluded.committed), "
-                                "handed=max(handed, excluded.committed)",
-                                [(name, p, s, s) for p, s in (committed or {}).items()])
+            if handed:
+                self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO "
+                                    "UPDATE SET handed=max(handed, excluded.handed)",
+                                    [(name, p, 0, s) for p, s in handed.items()])
+            if committed:
+                self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO "
+                                    "UPDATE SET committed=max(committed, excluded.committed), "
+                                    "handed=max(handed, excluded.committed)",
+                                    [(name, p, s, s) for p, s in committed.items()])
 
     # -- the dead-letter queue ---------------------------------------------------------------------------
     def dead_letter(self, letter: DeadLetter) -> None:
