@@ -258,8 +258,7 @@ class Publisher:
             self._check_terms(key, priority)
         if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
             payload = self._checked_payload(payload)
-        if topic not in self.publishing.publications or topic in self._advertising:
-            self._ready_to_publish(topic)
+        self._ready_to_publish(topic)
         env = self.publishing.publish(topic, payload, key, priority)
         return 0 if env is None else env.seq
 
