@@ -211,14 +211,15 @@ async def _nats_subscribe(args: argparse.Namespace, topics: list[str], tally: Ta
 
 
 def _watch_warm(tally: Tally, args: argparse.Namespace) -> None:
-    """Write WARM.i once publisher i's warm-up message came, for each publisher, until the flood begins
-    (on a thread of its own): each publisher floods only once its own messages reach every subscriber."""
+    """Write WARM.i once publisher i's warm-up message came, for each publisher, until the paced
+    messages or the flood begin (on a thread of its own, which then ends: it does not wake during the
+    measured phases): each publisher goes on only once its own messages reach every subscriber."""
     if not args.warm:
         return  # no warm-up: the publisher begins at once (the many-topics workload)
 
     def watch() -> None:
         written: set[int] = set()
-        while not tally.flood and not tally.done.is_set():
+        while not tally.flood and not tally.latencies and not tally.done.is_set():
             for index in set(tally.warm_from) - written:
                 Path(f"{args.warm}.{index}").write_text("1")
                 written.add(index)
