@@ -88,3 +88,30 @@ def test_a_lane_that_raises_leaves_the_request_to_the_general_path_and_the_serve
     with RpcClient(timeout=2.0, retries=0, context=ctx) as rpc:
         assert [rpc.call(made[0].endpoint, "ping").get("who") for _ in range(3)] == [0, 0, 0]
     assert len(calls) == 3
+
+
+def test_a_blocking_call_hands_the_replies_it_reads_for_others_to_their_callbacks(servers):
+    """A blocking call waits in the socket's own receive: what it reads for `send()`'s requests goes to
+    their callbacks, and a reply that comes after its call gave up is never taken for the next call.
+    To see it fail, let `_take` drop the replies that have a callback."""
+    made, ctx = servers
+    stop = threading.Event()
+    slow = RpcServer("127.0.0.1", 0, lambda r: time.sleep(0.3) or {"who": "slow", "n": r.get("n")}, context=ctx,
+                     schemas={"ping": {"n": (lambda value, _field: value, False)}})
+    serving = threading.Thread(target=slow.serve, args=(stop, 20), daemon=True)
+    serving.start()
+    try:
+        with RpcClient(timeout=2.0, retries=0, context=ctx) as rpc:
+            assert rpc.call(slow.endpoint, "ping").get("who") == "slow"  # connected
+            told: dict[int, Reply] = {}
+            for i, s in enumerate(made[:5]):
+                rpc.send(s.endpoint, "ping", on_reply=lambda r, i=i: told.__setitem__(i, r))
+            assert rpc.call(slow.endpoint, "ping").get("who") == "slow"
+            assert {i: r.get("who") for i, r in told.items()} == {i: i for i in range(5)}  # read by the call
+            assert rpc.call(slow.endpoint, "ping", timeout=0.05, n=1).timed_out
+            assert rpc.call(slow.endpoint, "ping", n=2).get("n") == 2  # its own reply, not the late one
+    finally:
+        stop.set()
+        slow.wake()
+        serving.join(timeout=5)
+        slow.close()
