@@ -2,12 +2,11 @@
 loop that feeds each group's Raft (dht/consensus_group.py) its ticks, its peers' messages and its
 clients' commands, and sends what each returns.
 
-One thread owns the groups and one ROUTER socket (`endpoint`), which takes both the peers' Raft
-messages (op "raft": one message per peer process per turn of the loop carries every group's, as
-multi-Raft systems coalesce their heartbeats) and the clients' commands (op "cmd", answered when the
-command's entry applies, or at once with the leader to ask). A second thread asks the ring who should
-hold each group this process leads (dht/group_placement.py), and the leader changes the group's members
-towards that, one at a time.
+One thread owns the groups and one ROUTER socket (`endpoint`), which takes both the peers' Raft messages (op "raft":
+one message per peer process per turn of the loop carries every group's, as multi-Raft systems coalesce their
+heartbeats) and the clients' commands (op "cmd", answered when the command's entry applies, or at once with the
+leader to ask). A second thread asks the ring who should hold each group this process leads
+(dht/group_placement.py), and the leader changes the group's members towards that, one at a time.
 
 A member is `host:port#incarnation`: a process started again (without the state it had) is a new
 member, which the group's leader adds as it removes the old one, so a restarted process can never
@@ -45,7 +44,8 @@ from dht.kv_machine import CommandError
 from dht.pacing import WakingQueue
 from dht.raft import FOLLOWER, LEADER, PRE_CANDIDATE, AppendReply, Vote
 from dht.rpc_server import RejectLog
-from dht.transport import RpcClient, SocketSetup, base_options, bind_port
+from dht.sockets import base_options, bind_port
+from dht.transport import RpcClient, SocketSetup
 
 log = logging.getLogger(__name__)
 

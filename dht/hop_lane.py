@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
+from dht.hop_reply import reply_bytes
 from dht.wire import MAX_MESSAGE_BYTES, VERSION
 
 if TYPE_CHECKING:
@@ -64,8 +65,8 @@ class HopLane:
         answer = table.next_hop(k)
         if answer is None:
             return None
-        reply = msgpack.packb({"v": VERSION, "id": rid, "ok": True, "done": answer[0], "peer": answer[1]},
-                              use_bin_type=True)
+        done, peer = answer
+        reply = reply_bytes(rid, done, peer)
         # counters the server thread alone writes
         position.steps_in_lane += 1
         position.bytes_in += len(frame)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dht import wire
 from dht.durable import DurableStore
+from dht.hop_reply import encode_peer as lane_peer
 from dht.hop_table import HopTable
 from dht.ids import in_half_open, in_open, key_id, position_endpoint
 from dht.membership import Members
@@ -64,7 +65,7 @@ class ChordNode:
         nid = config.id if config.id is not None and index == 0 else key_id(endpoint, config.bits)
         self.me = Peer(nid, endpoint)
         self.routing = RoutingTable(self.me, config.bits, config.successors, prs=config.prs)
-        self.hops = HopTable(self.routing, wire.encode_peer)  # next_hop's answers: see hop_table()
+        self.hops = HopTable(self.routing, lane_peer)  # next_hop's answers: see hop_table()
         self.records = RecordTable(config.bits)
         observer = self.records.observe
         self.data_dir = (None if config.data_dir is None
@@ -235,7 +236,7 @@ class ChordNode:
     def hop_table(self) -> HopTable:
         """next_hop's answers as the routing table now stands (dht/hop_table.py). Called with the lock held."""
         if not self.hops.current(self.routing):
-            self.hops = HopTable(self.routing, wire.encode_peer)
+            self.hops = HopTable(self.routing, lane_peer)
         return self.hops
 
     def _on_get_links(self, req: dict) -> dict:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 import zmq
 
 from dht import wire
-from dht.transport import Refused, SocketSetup, base_options, bind_port, send_frames
+from dht.sockets import base_options, bind_port, send_frames
+from dht.transport import Refused, SocketSetup
 
 log = logging.getLogger(__name__)
 

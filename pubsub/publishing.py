@@ -30,7 +30,8 @@ import zmq
 from dht import wire
 from dht.gate import Denials, Gate
 from dht.policy import PolicyFile, refusal
-from dht.transport import SocketSetup, bind_port, rebind_port
+from dht.sockets import bind_port, rebind_port
+from dht.transport import SocketSetup
 from pubsub.coalescing import Coalescer
 from pubsub.dedup import DedupBounds, DedupWindow
 from pubsub.durable import DataDir

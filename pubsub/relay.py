@@ -21,7 +21,8 @@ import zmq
 from dht import wire
 from dht.gate import Denials, Gate
 from dht.policy import PolicyFile
-from dht.transport import SocketSetup, bind_port, rebind_port
+from dht.sockets import bind_port, rebind_port
+from dht.transport import SocketSetup
 
 log = logging.getLogger(__name__)
 

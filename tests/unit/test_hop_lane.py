@@ -68,7 +68,7 @@ def test_every_plain_step_takes_the_lane_at_any_position(host):
     rng = random.Random(5)
     before = [p.steps_in_lane for p in host.positions]
     for i in range(200):
-        body = {"v": 1, "op": "next_hop", "id": i, "key_id": rng.getrandbits(BITS)}
+        body = {"v": 1, "op": "next_hop", "id": i << (i % 5 * 12), "key_id": rng.getrandbits(BITS)}  # 1-9 bytes
         if i % 2:
             body["at"] = 1
         frame = msgpack.packb(body)
