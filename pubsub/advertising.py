@@ -138,10 +138,10 @@ class Advertiser:
             alone = not self._later and now - self._last_new >= BURST_GAP
             self._last_new = now
             if not alone:
-                if not self._later:
+                if not self._later:  # the thread wakes at the burst's first; it then waits for its end
                     self._later_since = now
+                    self._wake()
                 self._later.append((topic, start))
-                self._wake()
                 return
         r = start()
         if r is not None:
