@@ -113,7 +113,7 @@ def _buckets(histogram: Any) -> tuple[list[tuple[str, int]], float]:
 
     counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     total = 0.0
-    for i, c in enumerate(list(histogram.counts)):
+    for i, c in histogram.buckets():
         if c:
             upper = _MIN_MS * _BASE ** i
             counts[bisect.bisect_left(LATENCY_BUCKETS_MS, upper)] += c

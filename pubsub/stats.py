@@ -30,17 +30,34 @@ _log = math.log
 class LatencyHistogram:
     """Latencies in milliseconds; bucket i holds [MIN * BASE^(i-1), MIN * BASE^i), bucket 0 all below.
     The counts are a Python list: one increment per message costs less there than in a numpy array or a
-    dict. It reaches only as far as the highest bucket a latency fell in: a client following 10,000
-    topics no message has come on yet holds 10,000 empty lists, not 10,000 of 1,048 slots that the
-    garbage collector walks again and again (it took 4.4 of 6.4 s of a `subscribe_many` of 10,000
-    topics), and a topic's first message costs a few hundred slots (latencies of 0.1-10 ms fall in
-    buckets 230-470), not 1,048."""
+    dict. It holds only the buckets from the lowest to the highest a latency fell in (`counts[j]` is
+    bucket `low + j`): a client following 10,000 topics no message has come on yet holds 10,000 empty
+    lists, not 10,000 of 1,048 slots that the garbage collector walks again and again (it took 4.4 of
+    6.4 s of a `subscribe_many` of 10,000 topics), and a topic's first message makes one slot, not the
+    few hundred below it (latencies of 0.1-10 ms fall in buckets 230-470): making those cost a pattern
+    subscriber 5 us of each new topic's first message."""
 
     def __init__(self) -> None:
         self.counts: list[int] = []
+        self.low = 0  # the bucket counts[0] holds
         self.count = 0
         self.min = math.inf
         self.max = -math.inf
+
+    def _make(self, i: int) -> int:
+        """Make bucket i (clamped to the last) one the list holds; its index in the list."""
+        if i >= _BUCKETS:
+            i = _BUCKETS - 1
+        counts = self.counts
+        if not counts:
+            self.low = i
+            counts.append(0)
+        elif i < self.low:
+            counts[:0] = [0] * (self.low - i)
+            self.low = i
+        elif i >= self.low + len(counts):
+            counts.extend([0] * (i + 1 - self.low - len(counts)))
+        return i - self.low
 
     def add(self, ms: float) -> None:
         self.count += 1
@@ -48,26 +65,21 @@ class LatencyHistogram:
             self.min = ms
         if ms > self.max:
             self.max = ms
-        i = int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0
-        counts = self.counts
-        if i >= len(counts):
-            if i >= _BUCKETS:
-                i = _BUCKETS - 1
-            counts.extend([0] * (i + 1 - len(counts)))
-        counts[i] += 1
+        j = (int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0) - self.low
+        if not 0 <= j < len(self.counts):
+            j = self._make(j + self.low)
+        self.counts[j] += 1
 
     def add_many(self, values: list[float]) -> None:
         """`add` each of `values` (a coalesced run's latencies: one call, the loop kept local)."""
-        counts, last = self.counts, _BUCKETS - 1
+        counts, low = self.counts, self.low
         held = len(counts)
         for ms in values:
-            i = int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0
-            if i >= held:
-                if i > last:
-                    i = last
-                counts.extend([0] * (i + 1 - held))
-                held = len(counts)
-            counts[i] += 1
+            j = (int(_log(ms * _INV_MIN) * _INV_LOG_BASE) + 1 if ms > _MIN_MS else 0) - low
+            if not 0 <= j < held:
+                j = self._make(j + low)
+                low, held = self.low, len(counts)
+            counts[j] += 1
         self.count += len(values)
         low, high = min(values), max(values)
         if low < self.min:
@@ -75,22 +87,27 @@ class LatencyHistogram:
         if high > self.max:
             self.max = high
 
+    def buckets(self) -> list[tuple[int, int]]:
+        """(bucket, count) of every bucket held, lowest first."""
+        return list(enumerate(self.counts, start=self.low))
+
     def quantile(self, q: float) -> float | None:
         """The q-quantile (0..1) to within a bucket's width (2%), clamped to the exact min and max."""
         if self.count == 0:
             return None
         rank = max(math.ceil(q * self.count), 1)
-        i = bisect_left(list(accumulate(self.counts)), rank)
+        i = self.low + bisect_left(list(accumulate(self.counts)), rank)
         mid = _MIN_MS * _BASE ** (i - 0.5) if i > 0 else _MIN_MS
         return min(max(mid, self.min), self.max)
 
     def merge(self, other: LatencyHistogram) -> None:
         if other.counts:
-            mine, theirs = self.counts, other.counts
-            if len(mine) < len(theirs):
-                mine.extend([0] * (len(theirs) - len(mine)))
-            for i, c in enumerate(theirs):
-                mine[i] += c
+            self._make(other.low)
+            self._make(other.low + len(other.counts) - 1)
+            offset = other.low - self.low
+            mine = self.counts
+            for j, c in enumerate(other.counts):
+                mine[offset + j] += c
         self.count += other.count
         self.min = min(self.min, other.min)
         self.max = max(self.max, other.max)

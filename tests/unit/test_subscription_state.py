@@ -239,8 +239,10 @@ def test_the_latency_histogram_holds_its_memory_and_its_quantiles():
     h = LatencyHistogram()
     xs = np.random.default_rng(2).lognormal(0.0, 1.0, 200_000)
     assert h.counts == [], "no buckets before the first latency (a topic nothing came on holds none)"
-    h.add(float(xs.max()))  # its buckets, up to the highest latency's, are made here
-    assert len(h.counts) < stats._BUCKETS, "only as far as the highest bucket a latency fell in"
+    h.add(float(xs.max()))
+    assert len(h.counts) == 1, "a first latency makes its own bucket only"
+    h.add(float(xs.min()))  # its buckets, from the lowest latency's to the highest's, are made here
+    assert len(h.counts) < stats._BUCKETS, "only from the lowest to the highest bucket a latency fell in"
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     for x in xs:
@@ -406,3 +408,22 @@ def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
     for seq in (13, 14):
         ts.on_message(env(seq), 5)
     assert [s for _, s, _ in delivered(ts)] == [13, 14] and ts.lost == 2
+
+
+def test_histograms_of_different_ranges_merge_into_what_one_would_have_counted():
+    """Each histogram holds its own range of buckets; merged, they count what one histogram fed
+    every latency counts. To see it fail, merge without aligning the ranges (`offset = 0`)."""
+    low, high, whole = LatencyHistogram(), LatencyHistogram(), LatencyHistogram()
+    for ms in (0.05, 0.07, 0.2):
+        low.add(ms)
+        whole.add(ms)
+    for ms in (3.0, 40.0, 41.0, 900.0):
+        high.add(ms)
+        whole.add(ms)
+    merged = LatencyHistogram()
+    merged.merge(low)
+    merged.merge(high)  # above what it holds
+    assert merged.buckets() == whole.buckets() and merged.count == 7
+    high.merge(low)  # below what it holds
+    assert high.buckets() == whole.buckets()
+    assert [merged.quantile(q) for q in (0.1, 0.5, 0.9)] == [whole.quantile(q) for q in (0.1, 0.5, 0.9)]
