@@ -30,6 +30,7 @@ NUDGE_GAP = 0.0005  # seconds at least between two looks, however fast answers c
 MAX_FILTER_WAIT = 30.0  # seconds a topic's messages wait for known subscribers that are still connecting
 BURST_GAP = 0.002  # seconds without a new topic that end a burst of them: its registrations then begin
 BURST_HOLD = 0.05  # seconds at most a new topic's registration waits for its burst to end
+BEGIN_CHUNK = 64  # held-back registrations begun between two reads of the filters
 
 
 class Answer:
@@ -171,7 +172,9 @@ class Advertiser:
                 return
             later, self._later, self._hurry = self._later, [], False
             self._beginning = len(later)
-        for topic, start in later:
+        for i, (topic, start) in enumerate(later):
+            if i % BEGIN_CHUNK == 0:
+                self._drain()  # (beginning a thousand takes a while: the filters that come meanwhile are read)
             try:
                 r = start()
             except Exception as exc:  # noqa: BLE001 - the client closing: the topic's messages are dead letters

@@ -28,7 +28,9 @@ A message for the subscribers of a *pattern* (`sensors/*/temp`) is a *pattern fr
 pattern subscriber's SUB socket selects the frames of each of its patterns with the prefix
 `pattern_filter(pattern)`, at every publisher it is connected to; the publisher matches its topics
 against the patterns whose filters it holds (pubsub/filters.py) and sends each matching pattern its
-copy, so a message on a topic the subscriber has not heard of yet reaches it with no round trip.
+copy, so a message on a topic the subscriber has not heard of yet reaches it with no round trip. A
+*bundle*, [3, pattern, [frame, ...]], carries several topics' frames for one pattern in one frame
+(`wrap_bundle`, `inner_frames`): the same prefix selects it.
 
 A message of an *exclusive* topic (a publisher with a strength, pubsub/exclusive.py) names its publisher
 as [publisher, epoch] instead of the bare id: the epoch of the election its publisher held when it sent
@@ -249,16 +251,29 @@ def parse_pattern_filter(raw: bytes) -> str | None:
     return pattern if isinstance(pattern, str) and pattern else None
 
 
+def _bin_head(n: int) -> bytes:
+    """msgpack's head for a bin of `n` bytes."""
+    if n < 0x100:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
 def wrap_for_pattern(head: bytes, frame: bytes) -> bytes:
     """The pattern frame carrying `frame` to the subscribers of one pattern (`head`: its `pattern_filter`)."""
-    n = len(frame)
-    if n < 0x100:
-        size = b"\xc4" + n.to_bytes(1, "big")
-    elif n < 0x10000:
-        size = b"\xc5" + n.to_bytes(2, "big")
-    else:
-        size = b"\xc6" + n.to_bytes(4, "big")
-    return head + size + frame
+    return head + _bin_head(len(frame)) + frame
+
+
+def wrap_bundle(head: bytes, frames: list[bytes]) -> bytes:
+    """The pattern frame carrying several plain frames (of any topics the pattern matches, in the order
+    sent) to the subscribers of one pattern: [3, pattern, [frame, ...]], the same prefix."""
+    n = len(frames)
+    parts = [head, bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big")]
+    for frame in frames:
+        parts.append(_bin_head(len(frame)))
+        parts.append(frame)
+    return b"".join(parts)
 
 
 _BIN_SIZE = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # msgpack bin 8/16/32: the bytes of the length that follows
@@ -276,4 +291,35 @@ def inner_frame(raw: bytes, head: bytes) -> memoryview | None:
     if int.from_bytes(raw[len(head) + 1:start], "big") != len(raw) - start:
         return None
     return memoryview(raw)[start:]
+
+
+def inner_frames(raw: bytes, head: bytes) -> list[memoryview] | None:
+    """The plain frames a pattern frame of the pattern whose filter is `head` carries, one or a bundle
+    of at most MAX_RUN, without a copy (None: not one of that pattern's, or malformed)."""
+    if not raw.startswith(head) or len(raw) <= len(head):
+        return None
+    at = len(head)
+    kind = raw[at]
+    if kind in _BIN_SIZE:
+        inner = inner_frame(raw, head)
+        return None if inner is None else [inner]
+    if 0x90 <= kind <= 0x9F:
+        n, at = kind & 0x0F, at + 1
+    elif kind == 0xDC and len(raw) >= at + 3:
+        n, at = int.from_bytes(raw[at + 1:at + 3], "big"), at + 3
+    else:
+        return None
+    if not 0 < n <= MAX_RUN:
+        return None
+    view, frames = memoryview(raw), []
+    for _ in range(n):
+        size = _BIN_SIZE.get(raw[at]) if at < len(raw) else None
+        if size is None:
+            return None
+        start = at + 1 + size
+        at = start + int.from_bytes(raw[at + 1:start], "big")
+        if at > len(raw):
+            return None
+        frames.append(view[start:at])
+    return frames if at == len(raw) else None
 

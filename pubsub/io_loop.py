@@ -47,7 +47,7 @@ from pubsub.envelope import (
     EnvelopeError,
     Run,
     decode_frame,
-    inner_frame,
+    inner_frames,
     pattern_filter,
     topic_filter,
 )
@@ -199,14 +199,14 @@ class IoLoop:
                     if deadline is not None:
                         wait = min(wait, deadline - now)
                 runs = publishing.runs
-                runs.watched = bool(runs.waiting)
-                if runs.waiting:  # (read after `watched` is set: a run added since woke us)
+                runs.watched = runs.busy
+                if runs.busy:  # (read after `watched` is set: a run added since woke us)
                     wait = 0.0  # look again in a millisecond
                 napped = self._flooded and wait > FLOOD_NAP
                 if napped:
                     time.sleep(FLOOD_NAP)
                 events = dict(poller.poll(max(int(wait * 1000), 0) + 1))
-                if runs.waiting:
+                if runs.busy:
                     publishing.send_paused(time.time_ns())
                 if self.mailbox.fd in events:
                     self.mailbox.run()
@@ -303,8 +303,13 @@ class IoLoop:
                 if state is not None:
                     groups.add(state)
                 continue
-            ts = self.on_pattern_frame(frame, now()) if frame.startswith(PATTERN_PREFIX) else on_frame(
-                frame, mode, now())
+            if frame.startswith(PATTERN_PREFIX):  # one topic's frame, or a bundle of several topics'
+                taken = self.on_pattern_frame(frame, now())
+                touched.update(taken)
+                if any(len(ts.deliveries) >= BATCH for ts in taken):
+                    break
+                continue
+            ts = on_frame(frame, mode, now())
             if ts is not None:
                 touched.add(ts)
                 if len(ts.deliveries) >= BATCH:  # a frame may carry a run of messages: count those
@@ -355,16 +360,27 @@ class IoLoop:
 
             self._later(PROVISIONAL_BEATS * max(self.heartbeat, LEAVE_HEARTBEAT), lapsed)
 
-    def on_pattern_frame(self, frame: bytes, recv_ns: int) -> TopicState | None:
-        """A frame for one of our patterns (pubsub/pattern_intake.py): its topic's, when the pattern takes
-        that topic by its frames, and a topic not followed yet is met here."""
+    def on_pattern_frame(self, frame: bytes, recv_ns: int) -> list[TopicState]:
+        """A frame for one of our patterns (pubsub/pattern_intake.py), carrying one plain frame or a bundle
+        of several topics': the states of the topics the pattern takes by its frames that took a message
+        in (a topic not followed yet is met here)."""
         for taker in self.intake.takers.values():  # (a client has a few patterns: its own heads, no decode)
-            inner = inner_frame(frame, taker.head)
-            if inner is not None:
+            inners = inner_frames(frame, taker.head)
+            if inners is not None:
                 pattern = taker.pattern
                 break
         else:
-            return None  # a pattern we no longer follow (or a frame cut short)
+            if any(frame.startswith(taker.head) for taker in self.intake.takers.values()):
+                self.reject_log("a malformed pattern frame")
+            return []  # a pattern we no longer follow (or a frame cut short)
+        taken = []
+        for inner in inners:
+            ts = self._on_inner(pattern, inner, recv_ns)
+            if ts is not None:
+                taken.append(ts)
+        return taken
+
+    def _on_inner(self, pattern: str, inner: memoryview, recv_ns: int) -> TopicState | None:
         try:
             env = decode_frame(inner, probes=True)  # type: ignore[arg-type]
         except EnvelopeError as exc:

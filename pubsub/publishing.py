@@ -361,7 +361,7 @@ class PublishingSide:
                 frame = Envelope.probe(topic, self.client_id, self._probe_token, time.time_ns()).encode(self._packer)
                 sock.send(frame)  # type: ignore[union-attr]
                 if self.runs.filters is not None and self.runs.filters.patterns:
-                    self.runs.to_patterns(pub, frame, sock)
+                    self.runs.to_patterns(pub, frame, sock, at_once=True)
             return self._probe_token
 
     def look_at_filters(self) -> None:

@@ -9,8 +9,8 @@ import msgpack
 import pytest
 import zmq
 
-from pubsub.coalescing import COALESCE_MAX, Coalescer
-from pubsub.envelope import Run, decode_frame, inner_frame, pattern_filter, topic_filter
+from pubsub.coalescing import COALESCE_GAP_NS, COALESCE_MAX, Coalescer
+from pubsub.envelope import Run, decode_frame, inner_frame, inner_frames, pattern_filter, topic_filter, wrap_bundle
 from pubsub.filters import Filters
 from pubsub.publication import Publication
 from pubsub.publishing import PublishingSide
@@ -108,8 +108,8 @@ def test_a_registering_topics_messages_reach_a_listening_pattern_once(pattern_fi
     listen = b"\x01" + pattern_filter("dev/>")
     if pattern_first:
         side._filters.message("direct", listen)
-    side._publish(pub, b"a", None, 4, 1)
-    side._publish(pub, b"b", None, 4, 2)
+    side._publish(pub, b"a", None, 4, MS)
+    side._publish(pub, b"b", None, 4, 2 * MS)
     if not pattern_first:
         side._filters.message("direct", listen)
         side._held_to_new_patterns()
@@ -222,3 +222,41 @@ def test_topics_counted_before_are_counted_again_only_once_a_filter_came_or_went
     side.direct.incoming.append(b"\x01" + topic_filter("b"))
     counts, later = side.in_place_since(["a"], ["b"], changes)
     assert counts == {"a": 0, "b": 1} and later != changes
+
+
+def test_a_burst_of_new_topics_goes_to_a_pattern_in_bundles_in_order_and_a_lone_message_at_once():
+    """Messages of many topics, each within COALESCE_GAP_NS of the one before, go to the pattern that
+    matches them in bundles (one frame carrying several topics' frames, in the order published, at most
+    COALESCE_MAX), the rest when the publisher pauses; a message after a pause goes alone, at once.
+    To see it fail, send every frame at once (`if at_once or last is None or now - last >=
+    COALESCE_GAP_NS:` made `if True:`): a thousand frames for a thousand messages."""
+    f, sock = filters(), Socket()
+    runs = Coalescer(lambda _pub: sock, msgpack.Packer(use_bin_type=True), f)
+    head = pattern_filter("dev/>")
+    f.message("direct", b"\x01" + head)
+    t0 = 10**12
+    for i in range(1000):
+        pub = Publication(f"dev/{i}/temp", "p")
+        runs.send(pub, pub.stamp(b"%d" % i, t0 + i * 1000), t0 + i * 1000)  # a microsecond apart
+    assert runs.busy and runs.paused(t0 + 1000 * 1000 + COALESCE_GAP_NS)
+    runs.send_paused(t0 + 1000 * 1000 + COALESCE_GAP_NS)
+    assert not runs.busy
+    inners = [bytes(i) for frame in sock.sent for i in inner_frames(frame, head)]
+    assert [decode_frame(i).payload for i in inners] == [b"%d" % i for i in range(1000)]
+    assert len(sock.sent) <= 1 + 1000 // COALESCE_MAX + 1, len(sock.sent)
+    alone = Publication("dev/alone/temp", "p")
+    later = t0 + 10**9
+    runs.send(alone, alone.stamp(b"alone", later), later)
+    assert not runs.busy and inner_frame(sock.sent[-1], head) is not None, "after a pause: at once"
+
+
+def test_a_bundle_of_pattern_frames_is_taken_whole_or_not_at_all():
+    """A subscriber takes every plain frame of a bundle, and a bundle cut short or padded as none."""
+    head = pattern_filter("a/*")
+    frames = [b"x" * n for n in (1, 300, 70_000)]
+    bundle = wrap_bundle(head, frames)
+    assert [bytes(i) for i in inner_frames(bundle, head)] == frames
+    assert msgpack.unpackb(bundle)[2] == frames, "valid msgpack: [3, pattern, [frame, ...]]"
+    assert inner_frames(bundle[:-1], head) is None and inner_frames(bundle + b"\x00", head) is None
+    assert inner_frames(wrap_bundle(pattern_filter("b/*"), frames), head) is None
+    assert [bytes(i) for i in inner_frames(wrap_bundle(head, [b"y"] * 20), head)] == [b"y"] * 20  # array 16
