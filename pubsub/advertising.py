@@ -272,6 +272,7 @@ class Advertiser:
             r.filters_by = min(r.deadline, now + self.filter_wait)
             fresh.add(id(r))
         waiting = [r for r in pending if r.subscribers >= 0 and id(r) not in finished]
+        late: list[Registering] = []  # past their wait with subscribers still missing
         counting = [r for r in waiting if r.subscribers]
         if counting:
             counts, self._changes = self._in_place([r.topic for r in counting if id(r) in fresh],
@@ -286,11 +287,14 @@ class Advertiser:
                 connecting = now - self._progress_at < self.filter_wait and now < r.filters_by + MAX_FILTER_WAIT
                 if now < r.filters_by or connecting:
                     continue
-                log.warning("%s: %d of the %d subscribers known connected in time; the others get the first "
-                            "messages only if they are reliable and connect within %.1f s more", r.topic, held,
-                            r.subscribers, self.filter_wait)
+                late.append(r)
             elif r.subscribers:
                 self._progress_at = now
             self._done(r, None)
             finished.add(id(r))
+        if late:  # one line for a look: a burst's topics whose pattern subscriber left would each say it
+            r, more = late[0], f" (and {len(late) - 1} more topics)" if len(late) > 1 else ""
+            log.warning("%s%s: %d of the %d subscribers known connected in time; the others get the first "
+                        "messages only if they are reliable and connect within %.1f s more", r.topic, more, r.held,
+                        r.subscribers, self.filter_wait)
         return finished

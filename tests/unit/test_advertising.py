@@ -4,6 +4,7 @@ pubsub/publishing.py's `in_place_since` reports them."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -138,3 +139,22 @@ def test_held_back_registrations_begin_at_flush_and_end_as_dead_letters_at_stop(
     closing.stop()
     advertiser.stop()
     assert ("b", "the client closed before the topic was registered") in told
+
+
+def test_topics_whose_subscribers_did_not_connect_in_time_go_with_one_warning_for_the_look(caplog):
+    """A burst's topics whose known subscriber never connected (it left) go once their wait is over, and
+    the look that lets them go says so in one line, not one per topic. To see it fail, warn once per late
+    topic (`if late:` made `for _late in late:`): a thousand lines for a thousand topics."""
+    socket = Socket()
+    done: list[str] = []
+
+    def settle(r: Registering) -> None:
+        r.subscribers = r.placed.result()  # type: ignore[assignment]
+
+    advertiser = Advertiser(settle, socket.in_place_since, lambda r, err: done.append(r.topic), 0.0)
+    pending = [registering(f"t{i}", 1) for i in range(1000)]
+    with caplog.at_level(logging.WARNING, logger="pubsub.advertising"):
+        finished = advertiser._look(pending)  # settled, and past a wait of no time for the filters
+    assert len(finished) == 1000 and len(done) == 1000
+    lines = [r.getMessage() for r in caplog.records if "connected in time" in r.getMessage()]
+    assert len(lines) == 1 and "(and 999 more topics): 0 of the 1 subscribers" in lines[0], lines[:3]
