@@ -270,16 +270,20 @@ class Coalescer:
         for head in list(self.bundles):
             self._send_bundle(head)
 
+    def _paused(self, now: int) -> tuple[list[Publication], list[bytes]]:
+        """The waiting runs and bundles whose publisher has paused."""
+        return ([pub for pub in list(self.waiting.values()) if now - pub.last_published_ns >= COALESCE_GAP_NS],
+                [head for head in list(self.bundles) if now - self._head_last.get(head, 0) >= COALESCE_GAP_NS])
+
     def paused(self, now: int) -> bool:
         """Whether a waiting run's or bundle's publisher has paused (unlocked: the caller takes the lock and
         calls `send_paused` only then)."""
-        return (any(now - pub.last_published_ns >= COALESCE_GAP_NS for pub in list(self.waiting.values()))
-                or any(now - self._head_last.get(head, 0) >= COALESCE_GAP_NS for head in list(self.bundles)))
+        runs, heads = self._paused(now)
+        return bool(runs or heads)
 
     def send_paused(self, now: int) -> None:
-        for pub in list(self.waiting.values()):
-            if now - pub.last_published_ns >= COALESCE_GAP_NS:
-                self.send_run(pub)
-        for head in list(self.bundles):
-            if now - self._head_last.get(head, 0) >= COALESCE_GAP_NS:
-                self._send_bundle(head)
+        runs, heads = self._paused(now)
+        for pub in runs:
+            self.send_run(pub)
+        for head in heads:
+            self._send_bundle(head)
