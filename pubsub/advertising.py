@@ -87,6 +87,11 @@ class Registering:
         return self.placed.done() and all(w.done() for w in self.watchers)
 
 
+def unbegun(topic: str) -> Registering:
+    """A held-back registration that never began, for `done(r, error)` to drop what its topic holds."""
+    return Registering(topic, "direct", Answer(), [], time.monotonic())
+
+
 class Advertiser:
     """Finishes registrations that no caller waits for, on a thread of its own (started when first
     needed, ended with the client). `settle(r)` gathers r's answers (raises what the owner said),
@@ -179,7 +184,7 @@ class Advertiser:
                 r = start()
             except Exception as exc:  # noqa: BLE001 - the client closing: the topic's messages are dead letters
                 r = None
-                self._done(Registering(topic, "direct", Answer(), [], time.monotonic()), exc)
+                self._done(unbegun(topic), exc)
             with self._cond:
                 if r is not None:
                     self._pending.append(r)
@@ -253,7 +258,7 @@ class Advertiser:
         for r in pending:
             self._done(r, closed)
         for topic, _start in later:
-            self._done(Registering(topic, "direct", Answer(), [], time.monotonic()), closed)
+            self._done(unbegun(topic), closed)
 
     def _look(self, pending: list[Registering]) -> set[int]:
         """One look at every registration under way; the ids of those finished."""
