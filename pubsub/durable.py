@@ -14,14 +14,27 @@
 - The dead-letter queue: messages a subscription will not deliver, with the message itself when it
   is known (a callback that raised on it) or its range (it is gone everywhere), and the reason.
 
+The writes on a message's way (the publisher's journal, its durable subscribers' acknowledged
+positions, a durable subscription's positions) are appended to DIR/client.log (pubsub/record_log.py:
+one `write()`, no transaction) and folded into the database in bulk: by the checkpoint thread once
+the log passes FOLD_BYTES, before any read of what they hold, and at close. After a kill the log holds
+what the process wrote since its last fold, and the next client of the directory folds it when it
+opens it (a record torn by the kill was never acted on, and is dropped). A fold renames the log aside first
+(DIR/client.log.folding), so the appending threads never wait for it; a fold interrupted by a kill is
+done again, whole, by the next (its writes are idempotent in order). A reader of someone else's
+directory (`create=False`: `chordpub dlq`) neither appends nor folds: it reads the log where it is.
+
 One connection, used under a lock from the client's threads (the io loop, the journal thread, the
 application's thread committing). A commit is one write to the WAL file: it survives the process
-being killed; `synchronous=NORMAL` leaves only a power cut able to take the last commits back. The
-log is copied back into the file by a thread of its own (pubsub/checkpointer.py), not by a commit.
+being killed; `synchronous=NORMAL` leaves only a power cut able to take the last commits back, as it
+does the log's last records. The WAL is copied back into the file by a thread of its own
+(pubsub/checkpointer.py), not by a commit.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import sqlite3
 import threading
@@ -32,8 +45,17 @@ from pathlib import Path
 from pubsub.checkpointer import BACKSTOP_PAGES, Checkpointer
 from pubsub.envelope import DEFAULT_PRIORITY, Envelope
 from pubsub.message import DeadLetter
+from pubsub.record_log import RecordLog, read
+
+log = logging.getLogger(__name__)
 
 FILE = "client.sqlite3"
+LOG = "client.log"  # the journal's and positions' records not folded into FILE yet
+FOLDING = "client.log.folding"  # a log being folded (or whose fold a kill interrupted)
+FOLD_BYTES = 4 << 20  # the log's size past which the checkpoint thread folds it
+LOG_LIMIT = 16 * FOLD_BYTES  # past it (the thread fell behind, or folds fail) a writer folds it itself
+_JOURNAL, _POSITIONS, _ACKS = 0, 1, 2  # record kinds: [0, rows, trims, ids_before_ns],
+# [1, name, handed, committed], [2, topic, {subscriber: position}]
 FORMAT = "chordpub-client/1"
 NODE_FILE = "store.sqlite3"  # a discovery node's data directory (dht/durable.py)
 _NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
@@ -102,7 +124,13 @@ class DataDir:
         except OSError as exc:
             raise DataDirError(f"cannot use {self.directory}: {exc.strerror or exc}") from None
         self.name = self._claim(name, fresh)
-        self.checkpointer = Checkpointer(path)  # the log copied back off the committing threads
+        self._log_lock = threading.Lock()  # appends and the log's renaming; `lock` is the database's
+        # a reader (create=False: `chordpub dlq`) leaves the log to the client whose it is
+        self._log = RecordLog(self.directory / LOG) if create else None
+        if self._log is not None:  # what a killed process left, folded before a torn record could be
+            with self.lock:  # followed by new ones (read would stop at it)
+                self._fold()
+        self.checkpointer = Checkpointer(path, fold=self._fold_if_big)  # both off the committing threads
 
     def _check_existing(self, path: Path) -> None:
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -137,13 +165,82 @@ class DataDir:
     def close(self) -> None:
         self.checkpointer.stop()
         with self.lock:
+            if self._log is not None:
+                self._fold()
+                self._log.close()
             self.db.close()
+
+    # -- the log of hot writes -------------------------------------------------------------------------
+    def _append(self, record: list) -> None:
+        if self._log is None:
+            raise DataDirError(f"{self.directory} was opened to be read (create=False), not written")
+        with self._log_lock:
+            self._log.append(record)
+            size = self._log.size
+        if size >= LOG_LIMIT:
+            with self.lock:
+                self._fold()
+        elif size >= FOLD_BYTES:
+            self.checkpointer.nudge()
+
+    def _fold_if_big(self) -> None:
+        if self._log is not None and self._log.size >= FOLD_BYTES:
+            with self.lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Move the log's records into the database (the caller holds `lock`): first a fold a kill
+        interrupted, then the log, renamed aside while the appenders wait for nothing but the rename."""
+        if self._log is None:
+            return
+        current, folding = self.directory / LOG, self.directory / FOLDING
+        if folding.exists():
+            self._apply(folding)
+        with self._log_lock:
+            if self._log.size == 0:
+                return
+            os.replace(current, folding)
+            self._log.close()
+            self._log = RecordLog(current)
+        self._apply(folding)
+
+    def _apply(self, path: Path) -> None:
+        records, torn = read(path)
+        if torn:
+            log.warning("%s: %d bytes after its last whole record left unread (a write cut short by a kill)",
+                        path, torn)
+        handed: dict[tuple[str, str], int] = {}
+        committed: dict[tuple[str, str], int] = {}
+        with self.db:
+            self.db.execute("BEGIN")
+            for record in records:
+                if record[0] == _JOURNAL:
+                    self._apply_journal(*record[1:4])
+                elif record[0] == _ACKS:
+                    self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
+                                        [(record[1], s, p) for s, p in record[2].items()])
+                elif record[0] == _POSITIONS:
+                    _kind, name, hands, commits = record
+                    for into, moved in ((handed, hands), (committed, commits)):
+                        for publisher, seq in moved.items():
+                            into[name, publisher] = max(seq, into.get((name, publisher), 0))
+                else:
+                    log.warning("%s: a record of unknown kind %r skipped", path, record[0])
+            self.db.executemany("INSERT INTO positions VALUES (?, ?, 0, ?) ON CONFLICT(name, publisher) DO "
+                                "UPDATE SET handed=max(handed, excluded.handed)",
+                                [(n, p, s) for (n, p), s in handed.items()])
+            self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO "
+                                "UPDATE SET committed=max(committed, excluded.committed), "
+                                "handed=max(handed, excluded.committed)",
+                                [(n, p, s, s) for (n, p), s in committed.items()])
+        path.unlink()
 
     # -- the publisher's journal ------------------------------------------------------------------------
     def publication(self, topic: str) -> tuple[int, list[Envelope], dict[str, int], list[tuple[str, int, int]]]:
         """What a restarted publisher had on `topic`: last seq used, retained messages, acks, and the msg
         ids it sent (msg_id, seq, sent_ns), oldest first."""
         with self.lock:
+            self._fold()
             row = self.db.execute("SELECT last_seq FROM publications WHERE topic=?", (topic,)).fetchone()
             kept = [Envelope(topic, self.name, seq, sent_ns, payload, key, DEFAULT_PRIORITY if prio is None else prio)
                     for seq, sent_ns, payload, key, prio in self.db.execute(
@@ -155,36 +252,36 @@ class DataDir:
         return (row[0] if row else 0), kept, acks, ids
 
     def journal(self, messages: list[Envelope], trims: dict[str, int], ids_before_ns: int = 0) -> None:
-        """Keep `messages` (one transaction, before they are sent) with their msg ids, and drop what
-        retention let go (`trims` maps a topic to its oldest retained seq) and the ids sent before
-        `ids_before_ns` (past the dedup window)."""
+        """Keep `messages` (before they are sent) with their msg ids, and drop what retention let go
+        (`trims` maps a topic to its oldest retained seq) and the ids sent before `ids_before_ns` (past
+        the dedup window): one record appended to the log."""
+        self._append([_JOURNAL, [(e.topic, e.seq, e.sent_ns, e.payload, e.key, e.priority, e.msg_id)
+                                 for e in messages], trims, ids_before_ns])
+
+    def _apply_journal(self, rows: list, trims: dict[str, int], ids_before_ns: int) -> None:
         last: dict[str, int] = {}
-        for env in messages:
-            last[env.topic] = env.seq
-        with self.lock, self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)",
-                                [(e.topic, e.seq, e.sent_ns, e.payload) for e in messages])
-            tagged = [(e.topic, e.seq, e.key, e.priority) for e in messages
-                      if e.key is not None or e.priority != DEFAULT_PRIORITY]
-            if tagged:  # a consumer group's key and priority (most messages have neither)
-                self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)", tagged)
-            self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
-                                "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
-            if trims:  # (an empty executemany still costs a statement's turn: most writes trim nothing)
-                self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
-                self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
-            ids = [(e.topic, e.msg_id, e.seq, e.sent_ns) for e in messages if e.msg_id is not None]
-            if ids:
-                self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)", ids)
-            if ids_before_ns:
-                self.db.execute("DELETE FROM msg_ids WHERE sent_ns<?", (ids_before_ns,))
+        for row in rows:
+            last[row[0]] = row[1]
+        self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)", [row[:4] for row in rows])
+        tagged = [(topic, seq, key, priority) for topic, seq, _ns, _p, key, priority, _id in rows
+                  if key is not None or priority != DEFAULT_PRIORITY]
+        if tagged:  # a consumer group's key and priority (most messages have neither)
+            self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)", tagged)
+        self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
+                            "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
+        if trims:  # (an empty executemany still costs a statement's turn: most writes trim nothing)
+            self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
+            self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
+        ids = [(topic, msg_id, seq, ns) for topic, seq, ns, _p, _k, _pr, msg_id in rows if msg_id is not None]
+        if ids:
+            self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)", ids)
+        if ids_before_ns:
+            self.db.execute("DELETE FROM msg_ids WHERE sent_ns<?", (ids_before_ns,))
 
     def save_acks(self, topic: str, acks: dict[str, int]) -> None:
-        with self.lock, self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
-                                [(topic, s, p) for s, p in acks.items()])
+        """Durable subscribers' acknowledged positions on `topic` (each only moves forward): one record
+        appended to the log (the io loop's, which must not wait for a fold)."""
+        self._append([_ACKS, topic, acks])
 
     def save_group(self, topic: str, name: str, ordering: str, max_deliver: int, floor: int, sent: int) -> None:
         """A durable consumer group of a topic we publish: everything up to `floor` is done with, and
@@ -204,37 +301,41 @@ class DataDir:
     def durable(self, name: str, topic: str) -> dict[str, tuple[int, int]]:
         """Claim durable subscription `name` for `topic`; its positions: publisher -> (committed, handed)."""
         check_name(name)
-        with self.lock, self.db:
-            self.db.execute("BEGIN")
-            row = self.db.execute("SELECT topic FROM durables WHERE name=?", (name,)).fetchone()
-            if row is not None and row[0] != topic:
-                raise DataDirError(f"durable subscription {name!r} in {self.directory} follows {row[0]!r}, "
-                                   f"not {topic!r}")
-            if row is None:
-                self.db.execute("INSERT INTO durables VALUES (?, ?)", (name, topic))
-            return {p: (c, h) for p, c, h in self.db.execute(
-                "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
+        with self.lock:
+            self._fold()
+            with self.db:
+                self.db.execute("BEGIN")
+                row = self.db.execute("SELECT topic FROM durables WHERE name=?", (name,)).fetchone()
+                if row is not None and row[0] != topic:
+                    raise DataDirError(f"durable subscription {name!r} in {self.directory} follows {row[0]!r}, "
+                                       f"not {topic!r}")
+                if row is None:
+                    self.db.execute("INSERT INTO durables VALUES (?, ?)", (name, topic))
+                return {p: (c, h) for p, c, h in self.db.execute(
+                    "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
 
     def positions(self, name: str) -> dict[str, tuple[int, int]]:
         """The positions kept under `name` (publisher -> (committed, handed)), claiming nothing."""
         with self.lock:
-            return {p: (c, h) for p, c, h in self.db.execute(
+            self._fold()
+            kept = {p: (c, h) for p, c, h in self.db.execute(
                 "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
+        if self._log is None:  # a reader: the records its writer has not folded yet, read where they are
+            for path in (self.directory / FOLDING, self.directory / LOG):
+                for record in read(path)[0]:
+                    if record[0] == _POSITIONS and record[1] == name:
+                        for publisher, seq in record[2].items():
+                            c, h = kept.get(publisher, (0, 0))
+                            kept[publisher] = (c, max(h, seq))
+                        for publisher, seq in record[3].items():
+                            c, h = kept.get(publisher, (0, 0))
+                            kept[publisher] = (max(c, seq), max(h, seq))
+        return kept
 
     def set_positions(self, name: str, handed: dict[str, int] | None = None,
                       committed: dict[str, int] | None = None) -> None:
-        """Move a durable subscription's positions forward (never back)."""
-        with self.lock, self.db:
-            self.db.execute("BEGIN")
-            if handed:
-                self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO "
-                                    "UPDATE SET handed=max(handed, excluded.handed)",
-                                    [(name, p, 0, s) for p, s in handed.items()])
-            if committed:
-                self.db.executemany("INSERT INTO positions VALUES (?, ?, ?, ?) ON CONFLICT(name, publisher) DO "
-                                    "UPDATE SET committed=max(committed, excluded.committed), "
-                                    "handed=max(handed, excluded.committed)",
-                                    [(name, p, s, s) for p, s in committed.items()])
+        """Move a durable subscription's positions forward (never back): one record appended to the log."""
+        self._append([_POSITIONS, name, handed or {}, committed or {}])
 
     # -- the dead-letter queue ---------------------------------------------------------------------------
     def dead_letter(self, letter: DeadLetter) -> None:

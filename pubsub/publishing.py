@@ -205,7 +205,8 @@ class PublishingSide:
         env = pub.stamp(payload, now, key, priority)
         if pub.journaled:
             env.msg_id = msg_id
-            self.journal.put(pub, env)  # type: ignore[union-attr]
+            if not self.journal.write_alone(pub, env, self._send_written):  # type: ignore[union-attr]
+                self.journal.put(pub, env)  # type: ignore[union-attr]
             return env
         self.runs.send(pub, env, now)
         if self.groups.groups:
@@ -296,24 +297,28 @@ class PublishingSide:
     def _send_journaled(self, batch: list[tuple[Publication, Envelope]]) -> dict[str, int]:
         """The journal wrote `batch`: send it (in runs: it came at once) and retain it; returns where
         retention now starts, for the topics where that moved."""
+        with self.lock:
+            return self._send_written(batch)
+
+    def _send_written(self, batch: list[tuple[Publication, Envelope]]) -> dict[str, int]:
+        """`_send_journaled` with the lock held (a lone message, written by its publishing thread)."""
         moved: dict[str, int] = {}
         sent: dict[str, Publication] = {}
-        with self.lock:
-            now = time.time_ns()
-            for pub, env in batch:
-                sock = self.direct if pub.mode == "direct" else self.relay
-                if sock is None:
-                    continue  # closing
-                self.runs.send(pub, env, now)
-                sent[pub.topic] = pub
-                first = pub.history.first_seq
-                pub.retain(env)
-                if self.groups.groups:
-                    self.groups.offer(env)
-                if pub.history.first_seq != first:
-                    moved[pub.topic] = pub.history.first_seq
-            for pub in sent.values():
-                self.runs.send_run(pub)  # nothing more of this batch is coming
+        now = time.time_ns()
+        for pub, env in batch:
+            sock = self.direct if pub.mode == "direct" else self.relay
+            if sock is None:
+                continue  # closing
+            self.runs.send(pub, env, now)
+            sent[pub.topic] = pub
+            first = pub.history.first_seq
+            pub.retain(env)
+            if self.groups.groups:
+                self.groups.offer(env)
+            if pub.history.first_seq != first:
+                moved[pub.topic] = pub.history.first_seq
+        for pub in sent.values():
+            self.runs.send_run(pub)  # nothing more of this batch is coming
         return moved
 
     def ack(self, items: list[tuple[str, str, int]]) -> int:

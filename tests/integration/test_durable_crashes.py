@@ -4,11 +4,9 @@ publisher SIGKILLed and restarted from its data directory. Real `chordpub sub`/`
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from pubsub.delivery import COMMIT_EVERY
-from pubsub.durable import FILE
+from pubsub.durable import DataDir
 from tests.conftest import JsonlTail, jsonl, start_module_ring
 from tests.helpers.lossy import LossyLink, TcpForward
 from tests.helpers.ports import free_consecutive
@@ -37,8 +35,11 @@ def sub_args(via: str, topic: str, data: Path) -> list[str]:
 
 def committed(data: Path) -> int:
     """The durable subscription's committed position, read from its data directory (one publisher)."""
-    with closing(sqlite3.connect(data / FILE)) as db:
-        (position,) = db.execute("SELECT committed FROM positions WHERE name='crashy'").fetchone()
+    reader = DataDir(data, create=False)  # the database and the log its writer had not folded
+    try:
+        ((position, _handed),) = reader.positions("crashy").values()
+    finally:
+        reader.close()
     return position
 
 
