@@ -34,6 +34,7 @@ does the log's last records. The WAL is copied back into the file by a thread of
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import sqlite3
@@ -54,6 +55,9 @@ LOG = "client.log"  # the journal's and positions' records not folded into FILE 
 FOLDING = "client.log.folding"  # a log being folded (or whose fold a kill interrupted)
 FOLD_BYTES = 4 << 20  # the log's size past which the checkpoint thread folds it
 LOG_LIMIT = 16 * FOLD_BYTES  # past it (the thread fell behind, or folds fail) a writer folds it itself
+_ROW = operator.attrgetter("topic", "seq", "sent_ns", "payload", "key", "priority", "msg_id")  # a journal row
+_RETAINED, _TOPIC_SEQ = operator.itemgetter(0, 1, 2, 3), operator.itemgetter(0, 1)
+_KEY, _PRIORITY, _ID = operator.itemgetter(4), operator.itemgetter(5), operator.itemgetter(6)
 _JOURNAL, _POSITIONS, _ACKS = 0, 1, 2  # record kinds: [0, rows, trims, ids_before_ns],
 # [1, name, handed, committed], [2, topic, {subscriber: position}]
 FORMAT = "chordpub-client/1"
@@ -211,11 +215,17 @@ class DataDir:
                         path, torn)
         handed: dict[tuple[str, str], int] = {}
         committed: dict[tuple[str, str], int] = {}
+        rows: list = []  # journaled messages gathered until a trim must follow them
         with self.db:
             self.db.execute("BEGIN")
             for record in records:
                 if record[0] == _JOURNAL:
-                    self._apply_journal(*record[1:4])
+                    _kind, more, trims, ids_before_ns = record
+                    rows += more
+                    if trims or ids_before_ns:
+                        self._apply_rows(rows)
+                        rows = []
+                        self._apply_trims(trims, ids_before_ns)
                 elif record[0] == _ACKS:
                     self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
                                         [(record[1], s, p) for s, p in record[2].items()])
@@ -226,6 +236,7 @@ class DataDir:
                             into[name, publisher] = max(seq, into.get((name, publisher), 0))
                 else:
                     log.warning("%s: a record of unknown kind %r skipped", path, record[0])
+            self._apply_rows(rows)
             self.db.executemany("INSERT INTO positions VALUES (?, ?, 0, ?) ON CONFLICT(name, publisher) DO "
                                 "UPDATE SET handed=max(handed, excluded.handed)",
                                 [(n, p, s) for (n, p), s in handed.items()])
@@ -255,26 +266,29 @@ class DataDir:
         """Keep `messages` (before they are sent) with their msg ids, and drop what retention let go
         (`trims` maps a topic to its oldest retained seq) and the ids sent before `ids_before_ns` (past
         the dedup window): one record appended to the log."""
-        self._append([_JOURNAL, [(e.topic, e.seq, e.sent_ns, e.payload, e.key, e.priority, e.msg_id)
-                                 for e in messages], trims, ids_before_ns])
+        self._append([_JOURNAL, list(map(_ROW, messages)), trims, ids_before_ns])
 
-    def _apply_journal(self, rows: list, trims: dict[str, int], ids_before_ns: int) -> None:
-        last: dict[str, int] = {}
-        for row in rows:
-            last[row[0]] = row[1]
-        self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)", [row[:4] for row in rows])
-        tagged = [(topic, seq, key, priority) for topic, seq, _ns, _p, key, priority, _id in rows
-                  if key is not None or priority != DEFAULT_PRIORITY]
-        if tagged:  # a consumer group's key and priority (most messages have neither)
-            self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)", tagged)
+    def _apply_rows(self, rows: list) -> None:
+        """Journaled messages, oldest first, into the tables (the folding transaction)."""
+        if not rows:
+            return
+        self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)", map(_RETAINED, rows))
+        keys, priorities = list(map(_KEY, rows)), list(map(_PRIORITY, rows))
+        if keys.count(None) != len(rows) or priorities.count(DEFAULT_PRIORITY) != len(rows):
+            self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)",  # a consumer group's
+                                [(r[0], r[1], r[4], r[5]) for r in rows  # (most messages have neither)
+                                 if r[4] is not None or r[5] != DEFAULT_PRIORITY])
         self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
-                            "last_seq=max(last_seq, excluded.last_seq)", list(last.items()))
-        if trims:  # (an empty executemany still costs a statement's turn: most writes trim nothing)
+                            "last_seq=max(last_seq, excluded.last_seq)", dict(map(_TOPIC_SEQ, rows)).items())
+        ids = list(map(_ID, rows))
+        if ids.count(None) != len(rows):
+            self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)",
+                                [(r[0], r[6], r[1], r[2]) for r in rows if r[6] is not None])
+
+    def _apply_trims(self, trims: dict[str, int], ids_before_ns: int) -> None:
+        if trims:
             self.db.executemany("DELETE FROM retained WHERE topic=? AND seq<?", list(trims.items()))
             self.db.executemany("DELETE FROM tags WHERE topic=? AND seq<?", list(trims.items()))
-        ids = [(topic, msg_id, seq, ns) for topic, seq, ns, _p, _k, _pr, msg_id in rows if msg_id is not None]
-        if ids:
-            self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)", ids)
         if ids_before_ns:
             self.db.execute("DELETE FROM msg_ids WHERE sent_ns<?", (ids_before_ns,))
 

@@ -43,7 +43,9 @@ class Journal:
         self._send = send
         self._queue: list[tuple[Publication, Envelope]] = []
         self._trims: dict[str, int] = {}
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)  # the thread waits here for messages (or stop)
+        self._idle = threading.Condition(lock)  # publishers wait here for room, `flush` for the end of a write
         self._stopping = False
         self._busy = False
         self._last_put_ns = 0
@@ -54,25 +56,27 @@ class Journal:
     def wait_for_room(self) -> None:
         """Block while the queue is full (called before taking the publishing lock: the journal's
         thread needs that lock to send)."""
-        with self._cond:
+        if len(self._queue) < QUEUE_LIMIT:  # (a glance without the lock: the bound is the thread's to keep)
+            return
+        with self._idle:
             while len(self._queue) >= QUEUE_LIMIT and not self._stopping and self.error is None:
-                self._cond.wait(0.5)
+                self._idle.wait(0.5)
 
     def put(self, pub: Publication, env: Envelope) -> None:
         """Queue a stamped message (the caller holds the publishing lock, which keeps them in order)."""
-        with self._cond:
+        with self._work:
             if self.error is not None:
                 raise RuntimeError(f"the journal in {self.data.directory} failed: {self.error}")
             self._queue.append((pub, env))
             self._last_put_ns = env.sent_ns
             if len(self._queue) == 1 and not self._busy:
-                self._cond.notify_all()
+                self._work.notify()
 
     def write_alone(self, pub: Publication, env: Envelope,
                     send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]]) -> bool:
         """Write `env` and `send` it now, on the caller's thread, when it comes alone (the caller holds
         the publishing lock: no other message can be queued or sent meanwhile); False: `put` it."""
-        with self._cond:
+        with self._work:
             if self.error is not None:
                 raise RuntimeError(f"the journal in {self.data.directory} failed: {self.error}")
             alone = not self._queue and not self._busy and env.sent_ns - self._last_put_ns >= LONE_GAP_NS
@@ -87,53 +91,53 @@ class Journal:
             moved = send([(pub, env)])
         except BaseException as exc:
             log.exception("the journal failed")
-            with self._cond:
+            with self._work:
                 self.error = exc
             raise RuntimeError(f"the journal in {self.data.directory} failed: {exc}") from exc
         finally:
-            with self._cond:
+            with self._work:
                 for topic, first in moved.items():
                     self._trims[topic] = max(first, self._trims.get(topic, 0))
                 self._busy = False
-                self._cond.notify_all()
+                self._idle.notify_all()  # (nothing to wake, unless a flush waits)
         return True
 
     def trimmed(self, topic: str, first_seq: int) -> None:
         """Retention let go of everything before `first_seq` (deleted with the next write)."""
-        with self._cond:
+        with self._work:
             self._trims[topic] = max(first_seq, self._trims.get(topic, 0))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued is written and sent."""
-        with self._cond:
-            return self._cond.wait_for(lambda: (not self._queue and not self._busy) or self.error is not None,
+        with self._idle:
+            return self._idle.wait_for(lambda: (not self._queue and not self._busy) or self.error is not None,
                                        timeout)
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._stopping)  # trims ride with the next write
+            with self._work:
+                self._work.wait_for(lambda: self._queue or self._stopping)  # trims ride with the next write
                 if not self._queue and not self._trims:
                     return
                 batch, self._queue = self._queue[:BATCH_LIMIT], self._queue[BATCH_LIMIT:]
                 trims, self._trims = self._trims, {}
                 self._busy = True
-                self._cond.notify_all()  # a publisher waiting for room
+                self._idle.notify_all()  # a publisher waiting for room
             try:
                 self.data.journal([env for _pub, env in batch], trims, self._forget_ids_before())
                 moved = self._send(batch) if batch else {}
             except BaseException as exc:  # the disk failed us: publishing stops with the reason
                 log.exception("the journal failed")
-                with self._cond:
+                with self._work:
                     self.error = exc
                     self._busy = False
-                    self._cond.notify_all()
+                    self._idle.notify_all()
                 return
-            with self._cond:
+            with self._work:
                 for topic, first in moved.items():
                     self._trims[topic] = max(first, self._trims.get(topic, 0))
                 self._busy = False
-                self._cond.notify_all()
+                self._idle.notify_all()
 
     def _forget_ids_before(self) -> int:
         """The send time before which msg ids are deleted with this write (0: none this time)."""
@@ -146,7 +150,8 @@ class Journal:
     def stop(self, timeout: float = 10.0) -> None:
         """Write and send what is queued, then end the thread."""
         self.flush(timeout)
-        with self._cond:
+        with self._work:
             self._stopping = True
-            self._cond.notify_all()
+            self._work.notify_all()
+            self._idle.notify_all()
         self.thread.join(timeout)

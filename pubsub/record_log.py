@@ -39,9 +39,9 @@ class RecordLog:
         """Write `record` (anything msgpack packs) in one `write()`."""
         body = msgpack.packb(record, use_bin_type=True)
         frame = _HEAD.pack(len(body), zlib.crc32(body)) + body
-        view = memoryview(frame)
-        while view:  # a regular file takes it whole; a full disk raises OSError to the writer
-            view = view[os.write(self._fd, view):]
+        written = os.write(self._fd, frame)  # a regular file takes it whole; a full disk raises OSError
+        while written < len(frame):
+            written += os.write(self._fd, frame[written:])
         self.size += len(frame)
 
     def clear(self) -> None:
