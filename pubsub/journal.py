@@ -8,7 +8,7 @@ does not hold, and a restarted one continues the numbering after the last messag
 sent. The queue is bounded: a publisher faster than its disk waits in `publish()`.
 
 A message that comes alone (nothing queued or being written, and none put for LONE_GAP_NS) is written
-and sent by the publishing thread itself (`write_alone`): the same one write before the send, without
+and sent by the publishing thread itself (`put` with `send`): the same one write before the send, without
 waking the journal's thread on the message's own path (a wake-up is tens of microseconds, and under
 load it is the tail of a durable message's latency).
 """
@@ -62,29 +62,27 @@ class Journal:
             while len(self._queue) >= QUEUE_LIMIT and not self._stopping and self.error is None:
                 self._idle.wait(0.5)
 
-    def put(self, pub: Publication, env: Envelope) -> None:
-        """Queue a stamped message (the caller holds the publishing lock, which keeps them in order)."""
+    def put(self, pub: Publication, env: Envelope,
+            send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]] | None = None) -> None:
+        """Queue a stamped message (the caller holds the publishing lock, which keeps them in order);
+        with `send`, one that comes alone is written and sent at once, on the caller's thread."""
         with self._work:
             if self.error is not None:
                 raise RuntimeError(f"the journal in {self.data.directory} failed: {self.error}")
-            self._queue.append((pub, env))
-            self._last_put_ns = env.sent_ns
-            if len(self._queue) == 1 and not self._busy:
-                self._work.notify()
-
-    def write_alone(self, pub: Publication, env: Envelope,
-                    send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]]) -> bool:
-        """Write `env` and `send` it now, on the caller's thread, when it comes alone (the caller holds
-        the publishing lock: no other message can be queued or sent meanwhile); False: `put` it."""
-        with self._work:
-            if self.error is not None:
-                raise RuntimeError(f"the journal in {self.data.directory} failed: {self.error}")
-            alone = not self._queue and not self._busy and env.sent_ns - self._last_put_ns >= LONE_GAP_NS
+            alone = (send is not None and not self._queue and not self._busy
+                     and env.sent_ns - self._last_put_ns >= LONE_GAP_NS)
             self._last_put_ns = env.sent_ns
             if not alone:
-                return False
+                self._queue.append((pub, env))
+                if len(self._queue) == 1 and not self._busy:
+                    self._work.notify()
+                return
             trims, self._trims = self._trims, {}
             self._busy = True
+        self._write_alone(pub, env, trims, send)  # type: ignore[arg-type]
+
+    def _write_alone(self, pub: Publication, env: Envelope, trims: dict[str, int],
+                     send: Callable[[list[tuple[Publication, Envelope]]], dict[str, int]]) -> None:
         moved: dict[str, int] = {}
         try:
             self.data.journal([env], trims, self._forget_ids_before())
@@ -100,7 +98,6 @@ class Journal:
                     self._trims[topic] = max(first, self._trims.get(topic, 0))
                 self._busy = False
                 self._idle.notify_all()  # (nothing to wake, unless a flush waits)
-        return True
 
     def trimmed(self, topic: str, first_seq: int) -> None:
         """Retention let go of everything before `first_seq` (deleted with the next write)."""

@@ -205,8 +205,7 @@ class PublishingSide:
         env = pub.stamp(payload, now, key, priority)
         if pub.journaled:
             env.msg_id = msg_id
-            if not self.journal.write_alone(pub, env, self._send_written):  # type: ignore[union-attr]
-                self.journal.put(pub, env)  # type: ignore[union-attr]
+            self.journal.put(pub, env, self._send_written)  # type: ignore[union-attr]
             return env
         self.runs.send(pub, env, now)
         if self.groups.groups:

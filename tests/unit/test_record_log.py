@@ -122,11 +122,9 @@ def test_a_lone_message_is_written_and_sent_by_its_publishing_thread_and_a_burst
         start = time.time_ns()
         for i in range(5):
             env = pub.stamp(b"x", start + i * 1000)  # a burst: a microsecond apart
-            if not journal.write_alone(pub, env, send):
-                journal.put(pub, env)
+            journal.put(pub, env, send)
         assert journal.flush(10)
-        env = pub.stamp(b"x", start + 4000 + LONE_GAP_NS)
-        assert journal.write_alone(pub, env, send)
+        journal.put(pub, pub.stamp(b"x", start + 4000 + LONE_GAP_NS), send)
         me = threading.current_thread().name
         assert sent[0] == (me, 1), "the first message, alone, was not sent by its publishing thread"
         assert [t for t, _s in sent[1:5]] == ["chordpub-journal"] * 4
