@@ -36,7 +36,8 @@ COALESCE_GAP_NS = 100_000
 COALESCE_AGE_NS = 500_000
 COALESCE_MAX = 64
 COALESCE_BYTES = 4 * 1024
-DRAIN_GAP_NS = 1_000_000  # a frame only patterns take reads the filters that came at most this often
+DRAIN_GAP_NS = 1_000_000  # a registering topic's message reads the filters that came at most this often
+STEADY_DRAIN_GAP_NS = 10_000_000  # and a frame only patterns take (a paced stream's every frame, at 1 ms)
 MAX_TIMED_HEADS = 4096  # patterns whose last frame's time is kept (past it the times start again)
 
 
@@ -106,20 +107,21 @@ class Coalescer:
 
     def _out(self, pub: Publication, frame: bytes, sock: object) -> None:
         """`frame` to the topic's exact subscribers, when its socket holds one's filter (a topic only
-        patterns follow costs one send, not two), and to each matching pattern. A filter that arrived
-        unread is read first, so a subscriber whose filter came is never skipped for want of a look."""
+        patterns follow costs one send, not two), and to each matching pattern. The filters that came
+        are read first, unless they were within STEADY_DRAIN_GAP_NS, so a subscriber whose filter came is
+        skipped for want of a look for that long at most."""
         filters = self.filters
         if pub.mode != "direct" or filters.held("direct", pub.filter):  # type: ignore[union-attr]
             sock.send(frame)  # type: ignore[attr-defined]
-        elif self._drain_due() and filters.held("direct", pub.filter):  # type: ignore[union-attr]
+        elif self._drain_due(STEADY_DRAIN_GAP_NS) and filters.held("direct", pub.filter):  # type: ignore[union-attr]
             sock.send(frame)  # type: ignore[attr-defined]  # (a subscriber's subscribe() waits for a probe,
             # which reads the filters first: one skipped between two reads is not owed the message)
         self.to_patterns(pub, frame, sock)
 
-    def _drain_due(self) -> bool:
-        """Read the filters that came, at most every DRAIN_GAP_NS; True if they were read now."""
+    def _drain_due(self, gap_ns: int = DRAIN_GAP_NS) -> bool:
+        """Read the filters that came, unless they were read within `gap_ns`; True if they were read now."""
         now = time.monotonic_ns()
-        if now - self._drained_ns < DRAIN_GAP_NS:
+        if now - self._drained_ns < gap_ns:
             return False
         self._drained_ns = now
         self.drain()

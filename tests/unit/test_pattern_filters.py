@@ -9,6 +9,7 @@ import msgpack
 import pytest
 import zmq
 
+from pubsub import coalescing
 from pubsub.coalescing import COALESCE_GAP_NS, COALESCE_MAX, Coalescer
 from pubsub.envelope import Run, decode_frame, inner_frame, inner_frames, pattern_filter, topic_filter, wrap_bundle
 from pubsub.filters import Filters
@@ -70,6 +71,49 @@ def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
 
 
 MS = 1_000_000  # publish times a millisecond apart: each message goes at once, in no run
+
+
+def test_a_paced_stream_only_patterns_follow_reads_the_filters_at_most_every_steady_gap(monkeypatch):
+    """A topic only a pattern follows checks, before each plain frame it skips, whether an exact
+    subscriber's filter came unread; paced at 1 ms, that read (a receive on the socket, which finds
+    nothing) once a frame cost the paced p50 through a pattern 4-8 µs. It reads at most every
+    STEADY_DRAIN_GAP_NS, and a filter that came is still taken within that gap.
+
+    To see it fail, let `_out` read at the registering topics' gap (`self._drain_due()`): 30 reads."""
+    clock = [10**12]
+
+    def monotonic_ns() -> int:  # each look at the clock a millisecond later
+        clock[0] += MS
+        return clock[0]
+
+    monkeypatch.setattr(coalescing.time, "monotonic_ns", monotonic_ns)
+    f, sock, reads = filters(), Socket(), []
+    runs = Coalescer(lambda _pub: sock, msgpack.Packer(use_bin_type=True), f)
+    f.message("direct", b"\x01" + pattern_filter("dev/*/temp"))
+    pub = Publication("dev/7/temp", "p")
+
+    came: list[bytes] = []  # filters that reached the socket, unread until the next read
+
+    def drain() -> None:
+        reads.append(clock[0])
+        for message in came:
+            f.message("direct", message)
+        came.clear()
+
+    runs.drain = drain
+
+    def paced(n: int) -> list[bytes]:  # n messages a second apart (each alone): the plain frames sent
+        start = len(sock.sent)
+        for _ in range(n):
+            t = (pub.seq + 1) * 10**9
+            runs.send(pub, pub.stamp(b"m", t), t)
+        return [frame for frame in sock.sent[start:] if not frame.startswith(pattern_filter("dev/*/temp"))]
+
+    assert paced(30) == [] and len(sock.sent) == 30
+    assert len(reads) <= 30 * MS // coalescing.STEADY_DRAIN_GAP_NS + 1, f"{len(reads)} reads of the filters"
+    came.append(b"\x01" + topic_filter("dev/7/temp"))  # an exact subscriber's filter
+    plain = paced(30)
+    assert len(plain) >= 30 - coalescing.STEADY_DRAIN_GAP_NS // MS, "the exact filter was not taken within the gap"
 
 
 def payloads(frames: list[bytes]) -> list[bytes]:
