@@ -1,9 +1,9 @@
 """A publisher's journal: every message is in the data directory before it is sent.
 
 With a data directory, `publish()` stamps the message and queues it here; one thread writes what
-has queued in one transaction (group commit: under load a transaction carries hundreds of
-messages, idle it carries one), then sends them, in order, and hands them to the publication's
-retained history. A publisher killed at any moment has therefore sent nothing its data directory
+has queued in one record of the data directory's log (group commit: under load a record carries
+hundreds of messages), then sends them, in order, and hands them to the publication's retained
+history. A publisher killed at any moment has therefore sent nothing its data directory
 does not hold, and a restarted one continues the numbering after the last message it could have
 sent. The queue is bounded: a publisher faster than its disk waits in `publish()`.
 
