@@ -215,17 +215,18 @@ class DataDir:
                         path, torn)
         handed: dict[tuple[str, str], int] = {}
         committed: dict[tuple[str, str], int] = {}
-        rows: list = []  # journaled messages gathered until a trim must follow them
+        rows: list = []  # every journaled message of the fold, oldest first
+        floor: dict[str, int] = {}  # per topic, the oldest seq retention keeps after the fold's trims
+        ids_before_ns = 0  # and the msg ids it forgets
         with self.db:
             self.db.execute("BEGIN")
             for record in records:
                 if record[0] == _JOURNAL:
-                    _kind, more, trims, ids_before_ns = record
+                    _kind, more, trims, forget = record
                     rows += more
-                    if trims or ids_before_ns:
-                        self._apply_rows(rows)
-                        rows = []
-                        self._apply_trims(trims, ids_before_ns)
+                    for topic, first in trims.items():
+                        floor[topic] = max(first, floor.get(topic, 0))
+                    ids_before_ns = max(forget, ids_before_ns)
                 elif record[0] == _ACKS:
                     self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
                                         [(record[1], s, p) for s, p in record[2].items()])
@@ -236,7 +237,8 @@ class DataDir:
                             into[name, publisher] = max(seq, into.get((name, publisher), 0))
                 else:
                     log.warning("%s: a record of unknown kind %r skipped", path, record[0])
-            self._apply_rows(rows)
+            self._apply_rows(rows, floor)
+            self._apply_trims(floor, ids_before_ns)
             self.db.executemany("INSERT INTO positions VALUES (?, ?, 0, ?) ON CONFLICT(name, publisher) DO "
                                 "UPDATE SET handed=max(handed, excluded.handed)",
                                 [(n, p, s) for (n, p), s in handed.items()])
@@ -268,22 +270,26 @@ class DataDir:
         the dedup window): one record appended to the log."""
         self._append([_JOURNAL, list(map(_ROW, messages)), trims, ids_before_ns])
 
-    def _apply_rows(self, rows: list) -> None:
-        """Journaled messages, oldest first, into the tables (the folding transaction)."""
+    def _apply_rows(self, rows: list, floor: dict[str, int]) -> None:
+        """Journaled messages, oldest first, into the tables (the folding transaction). A message that
+        retention let go of within the same fold (below its topic's `floor`) is not kept at all: a
+        trim only ever lets go of messages journaled before it, so it would be deleted in this very
+        transaction (a durable subscriber that keeps up acknowledges most messages before their fold)."""
         if not rows:
             return
-        self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)", map(_RETAINED, rows))
-        keys, priorities = list(map(_KEY, rows)), list(map(_PRIORITY, rows))
-        if keys.count(None) != len(rows) or priorities.count(DEFAULT_PRIORITY) != len(rows):
-            self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)",  # a consumer group's
-                                [(r[0], r[1], r[4], r[5]) for r in rows  # (most messages have neither)
-                                 if r[4] is not None or r[5] != DEFAULT_PRIORITY])
         self.db.executemany("INSERT INTO publications VALUES (?, ?) ON CONFLICT(topic) DO UPDATE SET "
                             "last_seq=max(last_seq, excluded.last_seq)", dict(map(_TOPIC_SEQ, rows)).items())
         ids = list(map(_ID, rows))
         if ids.count(None) != len(rows):
             self.db.executemany("INSERT OR REPLACE INTO msg_ids VALUES (?, ?, ?, ?)",
                                 [(r[0], r[6], r[1], r[2]) for r in rows if r[6] is not None])
+        kept = [r for r in rows if r[1] >= floor.get(r[0], 0)] if floor else rows
+        self.db.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?)", map(_RETAINED, kept))
+        keys, priorities = list(map(_KEY, kept)), list(map(_PRIORITY, kept))
+        if keys.count(None) != len(kept) or priorities.count(DEFAULT_PRIORITY) != len(kept):
+            self.db.executemany("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?)",  # a consumer group's
+                                [(r[0], r[1], r[4], r[5]) for r in kept  # (most messages have neither)
+                                 if r[4] is not None or r[5] != DEFAULT_PRIORITY])
 
     def _apply_trims(self, trims: dict[str, int], ids_before_ns: int) -> None:
         if trims:

@@ -102,6 +102,28 @@ def test_a_fold_cut_short_by_a_kill_is_done_again_by_the_next_client(tmp_path: P
         second.close()
 
 
+def test_a_fold_keeps_what_retention_still_holds_and_writes_nothing_it_let_go(tmp_path: Path):
+    """Retention lets go of messages journaled before the trim that says so; a fold that holds both
+    keeps only the messages above its topic's last trim (with their tags), every msg id, and the
+    last seq, and inserts nothing it would delete in the same transaction."""
+    data = DataDir(tmp_path, "pub")
+    try:
+        envs = [Envelope("t", data.name, s, time.time_ns(), b"m%d" % s, "k" if s % 2 else None) for s in range(1, 1001)]
+        for env in envs:
+            env.msg_id = f"id{env.seq}"
+        for start in range(0, 1000, 100):  # each write lets go of all but the last write's messages
+            data.journal(envs[start:start + 100], {"t": start - 99} if start >= 200 else {})
+        before = data.db.total_changes
+        last, kept, _acks, ids = data.publication("t")  # (folds)
+        assert last == 1000 and [e.seq for e in kept] == list(range(801, 1001))
+        assert [e.key for e in kept[:2]] == ["k", None]
+        assert [i for i, _s, _ns in ids] == [f"id{s}" for s in range(1, 1001)]
+        changes = data.db.total_changes - before  # rows inserted and deleted: 1000 ids, 200 kept, 100 tags
+        assert changes < 1000 + 200 + 100 + 10, f"the fold inserted what it let go ({changes} changes)"
+    finally:
+        data.close()
+
+
 def test_a_lone_message_is_written_and_sent_by_its_publishing_thread_and_a_burst_by_the_journals(tmp_path: Path):
     """A message with nothing before it for LONE_GAP_NS skips the journal thread's wake-up; those that
     follow it closely queue for the thread's group commit, and every one is sent after it is written,
