@@ -6,10 +6,11 @@ Variants (benchmarks/dissemination.py runs them: two processes on loopback, a 4-
   raw1      bare pyzmq, one frame per message: the floor everything is measured against;
   direct    best effort: chordpub.Client -> chordpub.Client with a callback;
   reliable  in-session reliable: sequence check, in-order delivery, repair from the history;
-  durable   the publisher has a data directory: every message is written to its sqlite journal
-            (group commit) before it is sent and retained until the subscriber acknowledges it;
-            the subscriber is durable: its position is committed to its own sqlite file after
-            every batch of callbacks, and acknowledged to the publisher every heartbeat.
+  durable   the publisher has a data directory: every message is written to its journal (a record
+            of the directory's log, group commit) before it is sent and retained until the
+            subscriber acknowledges it; the subscriber is durable: its position is written to its
+            own data directory after every batch of callbacks, and acknowledged to the publisher
+            every heartbeat.
 Throughput is measured at the subscriber over a flood of --messages; latency p50/p99 over --paced
 messages at 2000/s. Medians of --repeat interleaved runs. Goal: durable >= 0.5 x best-effort throughput.
 """
