@@ -60,7 +60,9 @@ _RETAINED, _TOPIC_SEQ = operator.itemgetter(0, 1, 2, 3), operator.itemgetter(0, 
 _KEY, _PRIORITY, _ID = operator.itemgetter(4), operator.itemgetter(5), operator.itemgetter(6)
 _JOURNAL, _POSITIONS, _ACKS = 0, 1, 2  # record kinds: [0, rows, trims, ids_before_ns],
 # [1, name, handed, committed], [2, topic, {subscriber: position}]
-FORMAT = "chordpub-client/1"
+FORMAT = "chordpub-client/2"  # /2: the hot writes wait in client.log, which a client of /1 would not read
+EARLIER_FORMATS = ("chordpub-client/1",)  # taken, and marked /2 by a client that writes (so that an older
+# client refuses the directory rather than miss what its log holds)
 NODE_FILE = "store.sqlite3"  # a discovery node's data directory (dht/durable.py)
 _NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 
@@ -119,7 +121,7 @@ class DataDir:
             if fresh:
                 self.db.execute("PRAGMA journal_mode=WAL")
             else:
-                self._check_existing(path)
+                self._check_existing(path, create)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=5000")
             self.db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
@@ -136,16 +138,20 @@ class DataDir:
                 self._fold()
         self.checkpointer = Checkpointer(path, fold=self._fold_if_big)  # both off the committing threads
 
-    def _check_existing(self, path: Path) -> None:
+    def _check_existing(self, path: Path, create: bool) -> None:
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         fmt = None
         if "meta" in tables:
             row = self.db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
             fmt = row[0] if row else None
-        if fmt != FORMAT:
+        if fmt != FORMAT and fmt not in EARLIER_FORMATS:
             self.db.close()
             raise DataDirError(f"{path} is not a chordpub client's state file (format {fmt!r}): refusing to touch it")
         self.db.execute("PRAGMA journal_mode=WAL")
+        if fmt != FORMAT and create:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.execute("UPDATE meta SET value=? WHERE name='format'", (FORMAT,))
 
     def _claim(self, name: str | None, fresh: bool) -> str:
         with self.lock:

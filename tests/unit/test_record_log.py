@@ -13,7 +13,9 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from pubsub.durable import FILE, FOLDING, LOG, DataDir
+import pytest
+
+from pubsub.durable import EARLIER_FORMATS, FILE, FOLDING, FORMAT, LOG, DataDir, DataDirError
 from pubsub.envelope import Envelope
 from pubsub.journal import LONE_GAP_NS, Journal
 from pubsub.message import Message
@@ -122,6 +124,28 @@ def test_a_fold_keeps_what_retention_still_holds_and_writes_nothing_it_let_go(tm
         assert changes < 1000 + 200 + 100 + 10, f"the fold inserted what it let go ({changes} changes)"
     finally:
         data.close()
+
+
+def test_a_directory_of_the_earlier_format_is_taken_and_marked_so_that_an_older_client_refuses_it(tmp_path: Path):
+    """A client of the earlier format does not read client.log: a directory this client writes must be
+    one such a client refuses (its format check), not one it opens and reads short."""
+    DataDir(tmp_path, "pub").close()
+    with closing(sqlite3.connect(tmp_path / FILE)) as db, db:
+        db.execute("UPDATE meta SET value=? WHERE name='format'", (EARLIER_FORMATS[0],))
+
+    def stored() -> str:
+        with closing(sqlite3.connect(tmp_path / FILE)) as db:
+            return db.execute("SELECT value FROM meta WHERE name='format'").fetchone()[0]
+
+    DataDir(tmp_path, create=False).close()  # a reader takes it as it is
+    assert stored() == EARLIER_FORMATS[0]
+    writer = DataDir(tmp_path, "pub")
+    writer.close()
+    assert stored() == FORMAT, "the directory was left in the format of a client that does not read the log"
+    with closing(sqlite3.connect(tmp_path / FILE)) as db, db:
+        db.execute("UPDATE meta SET value='chordpub-client/9' WHERE name='format'")
+    with pytest.raises(DataDirError, match="format 'chordpub-client/9'"):
+        DataDir(tmp_path, "pub")
 
 
 def test_a_lone_message_is_written_and_sent_by_its_publishing_thread_and_a_burst_by_the_journals(tmp_path: Path):
