@@ -39,9 +39,13 @@ class RecordLog:
         """Write `record` (anything msgpack packs) in one `write()`."""
         body = msgpack.packb(record, use_bin_type=True)
         frame = _HEAD.pack(len(body), zlib.crc32(body)) + body
-        written = os.write(self._fd, frame)  # a regular file takes it whole; a full disk raises OSError
-        while written < len(frame):
-            written += os.write(self._fd, frame[written:])
+        try:
+            written = os.write(self._fd, frame)  # a regular file takes it whole; a full disk raises OSError
+            while written < len(frame):
+                written += os.write(self._fd, frame[written:])
+        except OSError:  # what part of the frame went in is cut off: a later record must not follow a torn one
+            os.ftruncate(self._fd, self.size)
+            raise
         self.size += len(frame)
 
     def clear(self) -> None:

@@ -7,6 +7,8 @@ back ("the message written after the torn record is lost"); the other mutants ar
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import threading
 import time
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pubsub import record_log
 from pubsub.durable import EARLIER_FORMATS, FILE, FOLDING, FORMAT, LOG, DataDir, DataDirError
 from pubsub.envelope import Envelope
 from pubsub.journal import LONE_GAP_NS, Journal
@@ -63,6 +66,30 @@ def test_a_damaged_record_and_everything_after_it_are_left_unread(tmp_path: Path
     records, left = read(tmp_path / "log")
     assert records == [[0, b"payload 0"]]
     assert left == 2 * frame
+
+
+def test_a_write_the_disk_refuses_halfway_leaves_no_torn_record_for_the_next_to_follow(tmp_path: Path, monkeypatch):
+    log = RecordLog(tmp_path / "log")
+    log.append(["first"])
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:  # the disk fills in the middle of the frame
+        if len(data) > 8:
+            real_write(fd, data[:8])
+            monkeypatch.setattr(record_log.os, "write", failing)
+            return 8
+        return real_write(fd, data)
+
+    def failing(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record_log.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        log.append(["second", b"x" * 100])
+    monkeypatch.setattr(record_log.os, "write", real_write)  # the disk has room again
+    log.append(["third"])
+    log.close()
+    assert read(tmp_path / "log") == ([["first"], ["third"]], 0), "a record after the torn one was lost"
 
 
 def test_hot_writes_wait_in_the_log_and_a_reader_sees_them_where_they_are(tmp_path: Path):
