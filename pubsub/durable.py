@@ -89,6 +89,19 @@ CREATE TABLE IF NOT EXISTS dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, t
 """
 
 
+def moved_positions(records: list) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """The highest handed and committed positions the log's `records` hold, by (name, publisher)."""
+    handed: dict[tuple[str, str], int] = {}
+    committed: dict[tuple[str, str], int] = {}
+    for record in records:
+        if record[0] == _POSITIONS:
+            _kind, name, hands, commits = record
+            for into, moved in ((handed, hands), (committed, commits)):
+                for publisher, seq in moved.items():
+                    into[name, publisher] = max(seq, into.get((name, publisher), 0))
+    return handed, committed
+
+
 class DataDirError(ValueError):
     """The data directory cannot be used by this client (another's, unreadable, not ours)."""
 
@@ -219,8 +232,6 @@ class DataDir:
         if torn:
             log.warning("%s: %d bytes after its last whole record left unread (a write cut short by a kill)",
                         path, torn)
-        handed: dict[tuple[str, str], int] = {}
-        committed: dict[tuple[str, str], int] = {}
         rows: list = []  # every journaled message of the fold, oldest first
         floor: dict[str, int] = {}  # per topic, the oldest seq retention keeps after the fold's trims
         ids_before_ns = 0  # and the msg ids it forgets
@@ -236,15 +247,11 @@ class DataDir:
                 elif record[0] == _ACKS:
                     self.db.executemany("INSERT OR REPLACE INTO acks VALUES (?, ?, ?)",
                                         [(record[1], s, p) for s, p in record[2].items()])
-                elif record[0] == _POSITIONS:
-                    _kind, name, hands, commits = record
-                    for into, moved in ((handed, hands), (committed, commits)):
-                        for publisher, seq in moved.items():
-                            into[name, publisher] = max(seq, into.get((name, publisher), 0))
-                else:
+                elif record[0] != _POSITIONS:
                     log.warning("%s: a record of unknown kind %r skipped", path, record[0])
             self._apply_rows(rows, floor)
             self._apply_trims(floor, ids_before_ns)
+            handed, committed = moved_positions(records)
             self.db.executemany("INSERT INTO positions VALUES (?, ?, 0, ?) ON CONFLICT(name, publisher) DO "
                                 "UPDATE SET handed=max(handed, excluded.handed)",
                                 [(n, p, s) for (n, p), s in handed.items()])
@@ -347,15 +354,15 @@ class DataDir:
             kept = {p: (c, h) for p, c, h in self.db.execute(
                 "SELECT publisher, committed, handed FROM positions WHERE name=?", (name,))}
         if self._log is None:  # a reader: the records its writer has not folded yet, read where they are
-            for path in (self.directory / FOLDING, self.directory / LOG):
-                for record in read(path)[0]:
-                    if record[0] == _POSITIONS and record[1] == name:
-                        for publisher, seq in record[2].items():
-                            c, h = kept.get(publisher, (0, 0))
-                            kept[publisher] = (c, max(h, seq))
-                        for publisher, seq in record[3].items():
-                            c, h = kept.get(publisher, (0, 0))
-                            kept[publisher] = (max(c, seq), max(h, seq))
+            handed, committed = moved_positions(read(self.directory / FOLDING)[0] + read(self.directory / LOG)[0])
+            for (of, publisher), seq in handed.items():
+                if of == name:
+                    c, h = kept.get(publisher, (0, 0))
+                    kept[publisher] = (c, max(h, seq))
+            for (of, publisher), seq in committed.items():
+                if of == name:
+                    c, h = kept.get(publisher, (0, 0))
+                    kept[publisher] = (max(c, seq), max(h, seq))
         return kept
 
     def set_positions(self, name: str, handed: dict[str, int] | None = None,
