@@ -182,11 +182,13 @@ def watched_patterns(raw: object) -> list[str] | None:
 class PatternTrie:
     """Patterns, each with the values that registered it, matched against topics: a trie of levels
     (one node per level, `*` and `>` as children like any other) walked once per topic, and the
-    answers for the last MATCH_CACHE topics kept until a pattern is added or removed."""
+    answers for the last MATCH_CACHE topics kept until a pattern is added or removed (topics with the
+    same answer share one set of it)."""
 
     def __init__(self) -> None:
         self._root: dict = {}
         self._cache: dict[str, frozenset] = {}
+        self._answers: dict[frozenset, frozenset] = {}  # each answer in the cache, once
         self._size = 0
 
     def __len__(self) -> int:
@@ -201,6 +203,7 @@ class PatternTrie:
             values.add(value)
             self._size += 1
             self._cache.clear()
+            self._answers.clear()
 
     def remove(self, pattern: str, value: Hashable) -> None:
         path, node = [], self._root
@@ -215,6 +218,7 @@ class PatternTrie:
         values.discard(value)
         self._size -= 1
         self._cache.clear()
+        self._answers.clear()
         if not values:
             del node[None]
         for parent, level in reversed(path):  # prune the branches left empty
@@ -246,8 +250,9 @@ class PatternTrie:
         else:
             for node in nodes:
                 found |= node.get(None, set())
-        answer = frozenset(found)
         if len(self._cache) >= MATCH_CACHE:
             self._cache.clear()
-        self._cache[topic] = answer
+            self._answers.clear()
+        answer = frozenset(found)
+        answer = self._cache[topic] = self._answers.setdefault(answer, answer)
         return answer

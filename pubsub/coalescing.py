@@ -141,7 +141,10 @@ class Coalescer:
         if filters.patterns:
             self.to_patterns(pub, env.encode(self._packer), sock, now=env.sent_ns)
             if pub.pattern_heads:
-                pub.early_seq, pub.early_heads = env.seq, pub.early_heads | frozenset(pub.pattern_heads)
+                heads = pub.pattern_heads
+                pub.early_seq = env.seq
+                if not heads <= pub.early_heads:  # (the same set, shared, while nothing new matches)
+                    pub.early_heads = pub.early_heads | heads if pub.early_heads else heads
 
     def early_exact(self, pub: Publication, held: list[Envelope]) -> None:
         """What `pub` holds and has not sent yet, to the exact subscribers whose filters the socket holds;
@@ -189,7 +192,7 @@ class Coalescer:
             frame = env.encode(self._packer)
             for head in heads:
                 sock.send(wrap_for_pattern(head, frame))  # type: ignore[attr-defined]
-        pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads
+        pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads if pub.early_heads else heads
 
     def send_released(self, pub: Publication, env: Envelope, now: int) -> None:
         """A held message, released: to everyone, but the subscribers it went to early (its exact ones,
@@ -214,7 +217,7 @@ class Coalescer:
         """`pub.pattern_heads`: the patterns subscribed now that match its topic."""
         filters = self.filters
         if filters is not None and pub.pattern_version != filters.version:
-            pub.pattern_heads = filters.pattern_heads(pub.topic) if pub.mode == "direct" else []
+            pub.pattern_heads = filters.pattern_heads(pub.topic) if pub.mode == "direct" else frozenset()
             pub.pattern_version = filters.version
 
     def to_patterns(self, pub: Publication, frame: bytes, sock: object, skip: frozenset = frozenset(),

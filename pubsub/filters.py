@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from dht.subjects import PatternTrie
+from dht.subjects import MATCH_CACHE, PatternTrie
 from pubsub.envelope import PATTERN_PREFIX, parse_pattern_filter, pattern_filter
 
+NO_HEADS: frozenset[bytes] = frozenset()
 MAX_FRESH = 10_000  # exact filters that came, kept until the publishing side looks (beyond: at registration)
 
 
@@ -31,6 +32,7 @@ class Filters:
         self.patterns: Counter[str] = Counter()  # pattern -> subscribers' filters for it (direct socket)
         self._trie = PatternTrie()
         self._heads: dict[str, bytes] = {}  # pattern -> its filter, the head of its frames
+        self._heads_of: dict[frozenset, frozenset[bytes]] = {}  # the trie's answer -> its heads, one set for all
         self.version = 0  # moves whenever a pattern comes or goes: publications match their topic again
         self.changes = 0  # moves whenever any filter comes or goes: counts looked at before may differ now
         self._arrived: dict[tuple[str, bytes], int] = {}  # (socket, prefix) held -> `changes` when one last came
@@ -69,6 +71,7 @@ class Filters:
             if on and not self.patterns[pattern]:
                 self._trie.add(pattern, pattern)
                 self._heads[pattern] = pattern_filter(pattern)
+                self._heads_of.clear()
                 self.version += 1
         except ValueError:  # not a pattern of the grammar: nothing of ours can match it
             return
@@ -79,13 +82,23 @@ class Filters:
             if pattern in self._heads:
                 self._trie.remove(pattern, pattern)
                 del self._heads[pattern]
+                self._heads_of.clear()
                 self.version += 1
         else:
             self.patterns[pattern] -= 1
 
-    def pattern_heads(self, topic: str) -> list[bytes]:
-        """The heads of the pattern frames `topic`'s messages go out in: one per pattern held that matches it."""
-        return [self._heads[p] for p in self._trie.match(topic)] if self._heads else []
+    def pattern_heads(self, topic: str) -> frozenset[bytes]:
+        """The heads of the pattern frames `topic`'s messages go out in: one per pattern held that matches it.
+        The topics that match the same patterns share one set (a thousand new topics leave no set each)."""
+        if not self._heads:
+            return NO_HEADS
+        patterns = self._trie.match(topic)
+        heads = self._heads_of.get(patterns)
+        if heads is None:
+            if len(self._heads_of) >= MATCH_CACHE:
+                self._heads_of.clear()
+            heads = self._heads_of[patterns] = frozenset(self._heads[p] for p in patterns) if patterns else NO_HEADS
+        return heads
 
     def held(self, socket: str, prefix: bytes, topic: str | None = None) -> int:
         """Subscribers' filters for exactly `prefix`, and (`topic`, direct socket) for the patterns matching it."""
@@ -105,5 +118,5 @@ class Filters:
         self._arrived = {k: v for k, v in self._arrived.items() if k[0] != socket}
         if socket == "direct" and self._heads:
             self.patterns.clear()
-            self._trie, self._heads = PatternTrie(), {}
+            self._trie, self._heads, self._heads_of = PatternTrie(), {}, {}
             self.version += 1

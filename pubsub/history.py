@@ -47,13 +47,16 @@ class RetentionBounds:
         return {"messages": self.messages, "seconds": self.seconds, "bytes": self.bytes}
 
 
+DEFAULT_BOUNDS = RetentionBounds()  # shared (frozen): a new topic's first publish makes none of its own
+
+
 class History:
     """Retained messages of one publication, oldest first."""
 
     def __init__(self, capacity: int, bounds: RetentionBounds | None = None) -> None:
         if capacity < 0:
             raise ValueError("history capacity cannot be negative")
-        self.bounds = bounds or RetentionBounds()
+        self.bounds = bounds or DEFAULT_BOUNDS
         if capacity > self.bounds.messages:
             raise ValueError(f"history {capacity} exceeds retain-messages {self.bounds.messages}")
         self.capacity = capacity

@@ -51,7 +51,7 @@ class Publication:
     pending: list[Envelope] = field(default_factory=list, repr=False)  # stamped, to go out in one frame
     pending_bytes: int = 0  # their payloads' size
     last_published_ns: int = 0  # when the last message was stamped (coalescing starts at a fast pace)
-    pattern_heads: list[bytes] = field(default_factory=list, repr=False)  # the patterns matching it, as
+    pattern_heads: frozenset[bytes] = field(default=frozenset(), repr=False)  # the patterns matching it, as
     pattern_version: int = -1  # pubsub/filters.py last matched them (their `version`)
     early_seq: int = 0  # held while the topic registers, messages up to this went to its patterns already
     early_heads: frozenset = frozenset()  # ... to these

@@ -26,7 +26,7 @@ from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
 from pubsub.envelope import DEFAULT_PRIORITY, MAX_KEY_CHARS
 from pubsub.exclusive import Fence
 from pubsub.group_client import expect_groups
-from pubsub.history import RetentionBounds
+from pubsub.history import DEFAULT_BOUNDS, RetentionBounds
 from pubsub.message import DeadLetter
 from pubsub.patterns import WATCHER, announce_field, announce_value, pattern_groups, watchers_of
 from pubsub.publication import Publication, check_mode
@@ -61,6 +61,7 @@ class Publisher:
         self._settled = threading.Condition(self._lock)  # one of them is done (a condition for all: an
         # Event per topic cost a first publish a tenth of its time)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None  # where dropped first messages go
+        self._begin_bound = self._begin  # (one bound method: a burst of new topics makes no object each for it)
         self.advertiser = Advertiser(self._settle, self.publishing.in_place_since, self._advertised,
                                      max(LEASE_HEARTBEATS * heartbeat, 3.0), self.publishing.look_at_filters)
 
@@ -177,14 +178,14 @@ class Publisher:
         while its messages wait at the publishing side."""
         self._check_open()
         check_publishable(check_topic(topic))
-        pub = Publication(topic, self.id, 0, False, None, "direct", RetentionBounds(), False)
+        pub = Publication(topic, self.id, 0, False, None, "direct", DEFAULT_BOUNDS, False)
         with self._lock:
             if topic in self.publishing.publications:
                 return  # another thread's advertise of it got there first
             self.publishing.add(pub)
             self.publishing.hold(topic)
             self._advertising.add(topic)
-        self.advertiser.begin(topic, lambda: self._begin(topic, pub))
+        self.advertiser.begin(topic, self._begin_bound, pub)
 
     def _begin(self, topic: str, pub: Publication) -> Registering | None:
         """Send a first publish's registration (on the advertiser's thread when it waited for its burst to

@@ -410,7 +410,7 @@ class PublishingSide:
             if not waiting or pub is None or pub.mode != "direct" or self.direct is None:
                 continue
             self.runs.match(pub)
-            new = frozenset(pub.pattern_heads) - pub.early_heads
+            new = pub.pattern_heads - pub.early_heads if pub.early_heads else pub.pattern_heads
             if new:
                 self.runs.early_all(pub, waiting, new)
 

@@ -91,32 +91,49 @@ def wait_until(condition, seconds: float = 10.0) -> bool:
 def test_a_burst_of_new_topics_begins_its_registrations_once_it_ends_and_a_lone_topic_at_once():
     """A new topic that comes alone is registered at once, on the publishing thread; the topics of a
     burst wait until it ends, then begin on the advertiser's thread, and a burst that never ends
-    begins them within BURST_HOLD. To see it fail, make every topic begin at once (`alone = True`
-    in `Advertiser.begin`): the burst's registrations begin while it goes on."""
+    begins them within BURST_HOLD. A topic of the burst may begin at once only if the machine held
+    this thread back BURST_GAP before it (the test's own clock says when). To see it fail, make every
+    topic begin at once (`alone = True` in `Advertiser.begin`): the burst's registrations begin while
+    it goes on."""
     socket = Socket()
     advertiser, done = make(socket)
-    began: list[tuple[str, str]] = []
+    began: dict[str, str] = {}
 
     def start(topic: str) -> Registering:
-        began.append((topic, threading.current_thread().name))
+        began[topic] = threading.current_thread().name
         return registering(topic, 0)
 
+    def timed_begin(topic: str) -> float:
+        """Begin `topic`; when the call began (the advertiser reads its clock within the call)."""
+        called = time.monotonic()
+        advertiser.begin(topic, lambda t, _: start(t))
+        return called
+
+    caller = threading.current_thread().name
     try:
-        advertiser.begin("alone", lambda: start("alone"))
-        assert began == [("alone", threading.current_thread().name)]
+        previous = timed_begin("alone")
+        assert began == {"alone": caller}
+        at_once = []  # (topic, seconds from the call before it began to this one's end)
         for i in range(20):
-            advertiser.begin(f"burst{i}", lambda i=i: start(f"burst{i}"))
-        assert len(began) == 1, "a burst's registrations wait for it to end"
+            called = timed_begin(f"burst{i}")
+            if began.get(f"burst{i}") == caller:
+                at_once.append((f"burst{i}", time.monotonic() - previous))
+            previous = called
+        assert all(spread >= BURST_GAP for _t, spread in at_once), \
+            f"a burst's registrations wait for it to end: {at_once} began at once"
         assert wait_until(lambda: len(done) == 21)
-        assert {name for _t, name in began[1:]} == {"chordpub-advertiser"}
-        # a burst that goes on: its first topics begin within BURST_HOLD, while it goes on
-        advertiser.begin("long0", lambda: start("long0"))  # alone: the last burst has ended
+        assert {name for t, name in began.items() if t.startswith("burst") and t not in dict(at_once)} == {
+            "chordpub-advertiser"}
+        # a burst that goes on: its held-back topics begin while it goes on
+        advertiser.begin("long0", lambda t, _: start(t))
         first, count = time.monotonic(), 1
-        while len(began) == 22 and time.monotonic() - first < 10 * BURST_HOLD + 5:
-            advertiser.begin(f"long{count}", lambda count=count: start(f"long{count}"))
+        while (not any(t.startswith("long") and name == "chordpub-advertiser" for t, name in began.items())
+               and time.monotonic() - first < 10 * BURST_HOLD + 5):
+            timed_begin(f"long{count}")
             count += 1
             time.sleep(BURST_GAP / 4)  # new topics closer together than a burst's end
-        assert len(began) > 22, "the held-back topics of a burst that goes on began while it went on"
+        assert any(t.startswith("long") and name == "chordpub-advertiser" for t, name in began.items()), \
+            "the held-back topics of a burst that goes on began while it went on"
     finally:
         advertiser.stop()
 
@@ -128,14 +145,14 @@ def test_held_back_registrations_begin_at_flush_and_end_as_dead_letters_at_stop(
     made `if not self._pending:`): it returns before they began."""
     socket = Socket()
     advertiser, done = make(socket)
-    advertiser.begin("gone", lambda: None)  # alone, and no longer published by its turn: nothing under way
+    advertiser.begin("gone", lambda t, _: None)  # alone, and no longer published by its turn: nothing under way
     for i in range(5):
-        advertiser.begin(f"t{i}", lambda i=i: registering(f"t{i}", 0))
+        advertiser.begin(f"t{i}", lambda t, _: registering(t, 0))
     assert advertiser.flush(5.0) and sorted(done) == ["t0", "t1", "t2", "t3", "t4"]
     told: list[tuple[str, str]] = []
     closing = Advertiser(lambda r: None, socket.in_place_since, lambda r, err: told.append((r.topic, str(err))), 60.0)
-    closing.begin("a", lambda: registering("a", 0))
-    closing.begin("b", lambda: registering("b", 0))  # held back: the burst has not ended
+    closing.begin("a", lambda t, _: registering(t, 0))
+    closing.begin("b", lambda t, _: registering(t, 0))  # held back: the burst has not ended
     closing.stop()
     advertiser.stop()
     assert ("b", "the client closed before the topic was registered") in told

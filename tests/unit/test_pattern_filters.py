@@ -42,9 +42,26 @@ def test_each_subscribers_pattern_filter_counts_for_the_topics_it_matches_until_
     f.message("direct", b"\x00" + pattern_filter("dev/*/temp"))
     assert f.held("direct", topic_filter("dev/1/temp"), "dev/1/temp") == 2 and f.version == version
     f.message("direct", b"\x00" + pattern_filter("dev/*/temp"))
-    assert f.pattern_heads("dev/1/temp") == [pattern_filter("dev/>")] and f.version > version
+    assert f.pattern_heads("dev/1/temp") == {pattern_filter("dev/>")} and f.version > version
     f.message("direct", b"\x01" + pattern_filter("a*b"))  # not of the grammar: matches nothing, no harm
-    assert f.pattern_heads("a*b") == [] and f.held("direct", topic_filter("x"), "x") == 0
+    assert f.pattern_heads("a*b") == set() and f.held("direct", topic_filter("x"), "x") == 0
+
+
+def test_topics_matching_the_same_patterns_share_one_set_of_heads_and_a_first_publish_makes_none():
+    """A burst of new topics leaves as few objects as it can (each one the collector walks again): the
+    topics matching the same patterns share one set of heads, and a held first message that went to
+    them shares it too. To see it fail, make `Filters.pattern_heads` build a set for each topic
+    (`heads = self._heads_of.get(patterns)` made `heads = None`)."""
+    f, sock = filters(), Socket()
+    f.message("direct", b"\x01" + pattern_filter("dev/*/temp"))
+    runs = Coalescer(lambda _pub: sock, msgpack.Packer(use_bin_type=True), f)
+    pubs = [Publication(f"dev/{i}/temp", "p") for i in range(3)]
+    for pub in pubs:
+        env = pub.stamp(b"first", 10**9, keep=False)
+        runs.early(pub, env, [env])
+    assert [p.pattern_heads for p in pubs] == [{pattern_filter("dev/*/temp")}] * 3
+    assert all(p.pattern_heads is pubs[0].pattern_heads and p.early_heads is pubs[0].pattern_heads for p in pubs)
+    assert f.pattern_heads("dev/1/hum") is f.pattern_heads("dev/2/hum") == set()
 
 
 def test_a_message_goes_once_plain_and_once_to_each_matching_pattern():
