@@ -183,16 +183,31 @@ class Coalescer:
         if run:
             sock.send(encode_run(run, self._packer))  # type: ignore[attr-defined]
 
-    def early_all(self, pub: Publication, held: list[Envelope], heads: frozenset) -> None:
-        """Every message `pub` holds, to the patterns `heads` (subscribed since they were held)."""
-        sock = self._socket_of(pub)
-        if sock is None:
-            return
-        for env in held:
-            frame = env.encode(self._packer)
-            for head in heads:
-                sock.send(wrap_for_pattern(head, frame))  # type: ignore[attr-defined]
-        pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads if pub.early_heads else heads
+    def early_all(self, backlog: list[tuple[Publication, list[Envelope], frozenset]]) -> None:
+        """Every message each publication of `backlog` holds, to the patterns named with it (subscribed
+        since they were held), in bundles cut as a pattern's are (COALESCE_MAX frames, COALESCE_BYTES),
+        each topic's in order: a pattern subscribed while a burst of new topics registers takes the
+        burst's backlog in a send per bundle, not a send (and a receive) per message."""
+        bundles: dict[bytes, PatternBundle] = {}
+        for pub, held, heads in backlog:
+            sock = self._socket_of(pub)
+            if sock is None:
+                continue
+            for env in held:
+                frame = env.encode(self._packer)
+                for head in heads:
+                    bundle = bundles.get(head)
+                    if bundle is None or bundle.sock is not sock:
+                        if bundle is not None:
+                            self._send_frames(head, bundle)
+                        bundle = bundles[head] = PatternBundle(sock, 0)
+                    bundle.frames.append(frame)
+                    bundle.size += len(frame)
+                    if len(bundle.frames) >= COALESCE_MAX or bundle.size >= COALESCE_BYTES:
+                        self._send_frames(head, bundles.pop(head))
+            pub.early_seq, pub.early_heads = held[-1].seq, pub.early_heads | heads if pub.early_heads else heads
+        for head, bundle in bundles.items():
+            self._send_frames(head, bundle)
 
     def send_released(self, pub: Publication, env: Envelope, now: int) -> None:
         """A held message, released: to everyone, but the subscribers it went to early (its exact ones,
@@ -259,7 +274,10 @@ class Coalescer:
             self._send_bundle(head)
 
     def _send_bundle(self, head: bytes) -> None:
-        bundle = self.bundles.pop(head)
+        self._send_frames(head, self.bundles.pop(head))
+
+    @staticmethod
+    def _send_frames(head: bytes, bundle: PatternBundle) -> None:
         frames = bundle.frames
         bundle.sock.send(wrap_for_pattern(head, frames[0]) if len(frames) == 1  # type: ignore[attr-defined]
                          else wrap_bundle(head, frames))

@@ -405,6 +405,7 @@ class PublishingSide:
         """A pattern subscribed since the topics still registering held their messages (the caller holds
         the lock): what they hold goes to it now, as their next ones will (`Coalescer.early`)."""
         self._patterns_seen = self._filters.version
+        backlog = []
         for topic, waiting in self.held.items():
             pub = self.publications.get(topic)
             if not waiting or pub is None or pub.mode != "direct" or self.direct is None:
@@ -412,7 +413,9 @@ class PublishingSide:
             self.runs.match(pub)
             new = pub.pattern_heads - pub.early_heads if pub.early_heads else pub.pattern_heads
             if new:
-                self.runs.early_all(pub, waiting, new)
+                backlog.append((pub, waiting, new))
+        if backlog:
+            self.runs.early_all(backlog)
 
     def check_policy(self) -> None:
         """Read the policy file again if it changed (or a SIGHUP reloaded it): a changed policy is
