@@ -234,7 +234,7 @@ class Client(ConsensusFace):
         `msg_id` (1..256 characters) makes the publish idempotent: a message whose id was sent within
         the client's `dedup_window` is not sent again, and the number returned is the first one's,
         with `.duplicate` True (with a `data_dir`, across a crash and restart of this publisher)."""
-        return self.publisher.publish(topic, payload, key=key, priority=priority, msg_id=msg_id)
+        return self.publisher.publish(topic, payload, key, priority, msg_id)  # (positional: the per-message path)
 
     def publish_many(self, topic: str, payloads: Iterable[bytes | str], *, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> int:

@@ -60,6 +60,7 @@ class History:
         if capacity > self.bounds.messages:
             raise ValueError(f"history {capacity} exceeds retain-messages {self.bounds.messages}")
         self.capacity = capacity
+        self._age_ns = int(self.bounds.seconds * 1e9)
         self._items: deque[Envelope] = deque()
         self.bytes = 0
         self.last_seq = 0
@@ -79,9 +80,12 @@ class History:
         self.last_seq = env.seq
         if not self.capacity and self._floor is None and not self._items and not self.late_until_ns:
             return  # nothing keeps it (what `trim` would decide), on the hot path of a plain publisher
-        self._items.append(env)
+        items = self._items
+        items.append(env)
         self.bytes += len(env.payload)
-        self.trim(env.sent_ns)
+        if (len(items) > self.capacity or self.bytes > self.bounds.bytes
+                or items[0].sent_ns < env.sent_ns - self._age_ns):
+            self.trim(env.sent_ns)  # (within its size, bytes and age, nothing would go: a late hold keeps more)
 
     def restore(self, last_seq: int, kept: list[Envelope]) -> None:
         """Start from what a journal kept (a restarted publisher): numbering continues after last_seq."""

@@ -253,7 +253,7 @@ class Publisher:
                 return
             time.sleep(0.002)  # polling a condition with a deadline: the filters arrive on our socket
 
-    def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
+    def publish(self, topic: str, payload: bytes | str, key: str | None = None,
                 priority: int = DEFAULT_PRIORITY, msg_id: str | None = None) -> int:
         """Send one message on `topic` to its subscribers (and to one member of each consumer group);
         returns its sequence number (from 1). `key`: a key-ordered group hands every message of one key
@@ -267,7 +267,8 @@ class Publisher:
             self._check_terms(key, priority)
         if type(payload) is not bytes or len(payload) > MAX_PAYLOAD_BYTES:
             payload = self._checked_payload(payload)
-        self._ready_to_publish(topic)
+        if topic in self._advertising or topic not in self.publishing.publications:
+            self._ready_to_publish(topic)
         env = self.publishing.publish(topic, payload, key, priority)
         return 0 if env is None else env.seq
 

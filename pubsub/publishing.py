@@ -169,7 +169,14 @@ class PublishingSide:
             pub = self.publications[topic]
             if pub.fence is not None and not pub.leads():
                 return None
-            return self._publish(pub, payload, key, priority, time.time_ns())
+            now = time.time_ns()
+            if self.held or pub.journaled:  # (a topic registering, or a journal: `_publish` sees to both)
+                return self._publish(pub, payload, key, priority, now)
+            env = pub.stamp(payload, now, key, priority)  # the plain path, one call less a message
+            self.runs.send(pub, env, now)
+            if self.groups.groups:
+                self.groups.offer(env)
+            return env
 
     def publish_once(self, topic: str, payload: bytes, msg_id: str, key: str | None = None,
                      priority: int = DEFAULT_PRIORITY) -> tuple[int, bool]:

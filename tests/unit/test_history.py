@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pubsub.envelope import Envelope
-from pubsub.history import LATE_HOLD_MESSAGES, History
+from pubsub.history import LATE_HOLD_MESSAGES, History, RetentionBounds
 
 
 def envelope(seq: int, sent_ns: int) -> Envelope:
@@ -33,3 +36,40 @@ def test_a_late_hold_keeps_every_message_until_its_deadline_and_no_more_than_its
     for seq in range(1, LATE_HOLD_MESSAGES + 2):
         bounded.add(envelope(seq, seq))
     assert len(bounded) == 0 and bounded.late_until_ns == 0, "past its bound the hold ends"
+
+
+class TrimmedAtEveryAdd(History):
+    """The retention rule as `trim` states it, applied after every message: what `History.add`, which
+    skips `trim` while nothing could go, must keep exactly."""
+
+    def add(self, env: Envelope) -> None:
+        super().add(env)
+        self.trim(env.sent_ns)
+
+
+@settings(max_examples=500, deadline=None)
+@given(capacity=st.integers(0, 12), extra=st.integers(0, 12), seconds=st.sampled_from([0.001, 0.01, 1.0]),
+       max_bytes=st.sampled_from([1, 50, 200, 10_000]), steps=st.lists(st.tuples(
+           st.sampled_from(["add", "add", "add", "ack", "late"]), st.integers(0, 20),
+           st.sampled_from([0, 1000, 600_000, 2_000_000, 20_000_000])), max_size=60))
+def test_a_message_is_kept_exactly_as_the_retention_rule_says_after_every_add(capacity, extra, seconds, max_bytes,
+                                                                               steps):
+    """Whatever the size, bounds, durable positions and late holds, each add leaves the history holding
+    what the rule (`trim` after every message) holds. To see it fail, leave the size, the bytes or the
+    age out of `add`'s look (e.g. `or items[0].sent_ns < env.sent_ns - self._age_ns` dropped): a
+    message past that bound stays."""
+    bounds = RetentionBounds(messages=capacity + extra + 1, seconds=seconds, bytes=max_bytes)
+    fast, rule = History(capacity, bounds), TrimmedAtEveryAdd(capacity, bounds)
+    now, seq = 0, 0
+    for op, size, gap in steps:
+        now += gap
+        for history in (fast, rule):
+            if op == "add":
+                history.add(Envelope("t", "p", seq + 1, now, b"x" * size, None, 4))
+            elif op == "ack":
+                history.ack(f"s{size % 2}", size)
+            else:
+                history.hold_late(now + gap)
+        seq += op == "add"
+        assert [e.seq for e in fast.range(1)] == [e.seq for e in rule.range(1)]
+        assert fast.bytes == rule.bytes
