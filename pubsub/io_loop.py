@@ -28,6 +28,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -114,6 +115,9 @@ class IoLoop:
         self._acked: dict[tuple[str, str], int] = {}  # (topic, publisher) -> the position we last acked
         self._beats = 0
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        # topics a pattern's frame met, in the order met: each let go if still unannounced at its
+        # deadline (one tuple a topic, not a timer and a closure: a burst meets them by the thousand)
+        self._met: deque[tuple[float, str, TopicState]] = deque()
         self._timer_ids = itertools.count()
         self.confirmations = Confirmations(self.rpc, self._later, self._alive, self._flush,
                                            lambda ts, st: self._ask_head(ts, st, ts.on_start))
@@ -194,6 +198,7 @@ class IoLoop:
                 now = time.monotonic()
                 wait = next_beat - now
                 for deadline in (self.rpc.next_deadline(), self._timers[0][0] if self._timers else None,
+                                 self._met[0][0] if self._met else None,
                                  self.confirmations.next_deadline(), self.members.next_deadline(),
                                  self._next_group_tick if self._ticking else None):
                     if deadline is not None:
@@ -276,6 +281,12 @@ class IoLoop:
     def _run_timers(self, now: float) -> None:
         while self._timers and self._timers[0][0] <= now:
             heapq.heappop(self._timers)[2]()
+        met = self._met
+        while met and met[0][0] <= now:
+            _due, topic, ts = met.popleft()
+            if self.topics.get(topic) is ts and ts.provisional:
+                log.info("%s: met by a frame of %s, never announced: no longer followed", topic, ts.via_pattern)
+                self.detach(topic, close=False, handle=self.handles.get(topic))
 
     # -- receiving -------------------------------------------------------------------------------------
     def _drain_sub(self, sock: zmq.Socket) -> None:
@@ -417,13 +428,7 @@ class IoLoop:
             taker.handle.pattern.followed_again(topic)  # type: ignore[union-attr]
         if (st := ts.meet(entry)) is not None:  # (as `_reconcile` would take it, without the look at
             self._link(st, entry.endpoint)  # publishers gone and moved that a first one needs not)
-
-        def lapsed() -> None:
-            if self.topics.get(topic) is ts and ts.provisional:
-                log.info("%s: met by a frame of %s, never announced: no longer followed", topic, pattern)
-                self.detach(topic, close=False, handle=self.handles.get(topic))
-
-        self._later(PROVISIONAL_BEATS * max(self.heartbeat, LEAVE_HEARTBEAT), lapsed)
+        self._met.append((time.monotonic() + PROVISIONAL_BEATS * max(self.heartbeat, LEAVE_HEARTBEAT), topic, ts))
         return ts
 
     def _take(self, ts: TopicState, env: Any, recv_ns: int) -> TopicState | None:
@@ -446,7 +451,8 @@ class IoLoop:
             return
         if ts.deliveries:
             messages, ts.deliveries = ts.deliveries, []
-            for handle in (self.handles[ts.topic], *self.shared.get(ts.topic, ())):
+            shared = self.shared.get(ts.topic)
+            for handle in (self.handles[ts.topic], *shared) if shared else (self.handles[ts.topic],):
                 if batches is None:
                     handle.deliver(messages)
                 elif (held := batches.get(id(handle))) is not None:

@@ -109,10 +109,11 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
     wait = client.timeout if timeout is None else timeout
     first = FirstTopics()
 
+    held_limit = min(HELD_LIMIT, max(pending_limit, 1000))
+
     def make_state(topic: str) -> TopicState:
         start = positions.of(topic).start if positions is not None else None
-        return TopicState(topic, client.id, history, reliable, mode, start, history_policy,
-                          held_limit=min(HELD_LIMIT, max(pending_limit, 1000)))
+        return TopicState(topic, client.id, history, reliable, mode, start, history_policy, held_limit=held_limit)
 
     def attach(topic: str, entries: list[PublisherEntry]) -> None:
         done = first.next()

@@ -83,34 +83,36 @@ class Stats:
 
 
 class Stream:
-    """One matched publisher of the topic."""
+    """One matched publisher of the topic. What most streams never change is a class default, set on
+    the instance only when it changes: a pattern meeting a thousand new topics makes a stream each."""
+
+    handed_before = 0  # durable: up to here, handed to the application before a restart
+    history_missing = False  # best effort with history: not obtained yet (the source may fail)
+    fetching = False  # a history/repair fetch in flight (one at a time per stream)
+    expected_at_beat = 0
+    tail_beats = 0  # consecutive tail checks that found the publisher ahead of us, nothing come
+    tail_first = 0  # the publisher's newest seq at the first of them
+    live_high = 0  # the highest seq that came live: the ordered stream has passed what is below
+    stalled_to = 0  # reliable: the fetch in flight was asked because up to here stayed missing for
+    # TAIL_BEATS (the publisher's newest at the first of them: what it sent since may still be on its way)
+    unretained_to = 0  # reliable: the publisher holds nothing up to here (what is missing waits)
+    probe_token: int | None = None  # the token the publisher promised for our probe
+    probe_seen = -1  # the highest probe token that reached us
+    confirmed = False  # a probe proved our subscription is in place at this publisher
+    probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
+    pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
+    start_on_probe = False  # its newest seq comes with the probe's reply, not asked on its own
+    linked: str | None = None  # the PUB endpoint our direct SUB socket holds for it (the io loop's)
+    provisional = False  # taken by its first frame, before the topic's record named it (the io loop's)
 
     def __init__(self, entry: PublisherEntry, catching_up: bool) -> None:
         self.entry = entry
         self.window = SeqWindow()  # best effort
         self.expected = 1  # reliable: the next sequence number to deliver
-        self.handed_before = 0  # durable: up to here, handed to the application before a restart
         self.first_owed = 1  # reliable: where delivery started (after a durable position, or 1)
         self.buffer: dict[int, tuple[Envelope, bool]] = {}  # reliable: waiting for the gap before them
         self.catching_up = catching_up  # history or reliable start being fetched: live is held
-        self.history_missing = False  # best effort with history: not obtained yet (the source may fail)
         self.held: list[tuple[Envelope, int]] = []  # best effort: (live message, recv_ns) while catching up
-        self.fetching = False  # a history/repair fetch in flight (one at a time per stream)
-        self.expected_at_beat = 0
-        self.tail_beats = 0  # consecutive tail checks that found the publisher ahead of us, nothing come
-        self.tail_first = 0  # the publisher's newest seq at the first of them
-        self.live_high = 0  # the highest seq that came live: the ordered stream has passed what is below
-        self.stalled_to = 0  # reliable: the fetch in flight was asked because up to here stayed missing for
-        # TAIL_BEATS (the publisher's newest at the first of them: what it sent since may still be on its way)
-        self.unretained_to = 0  # reliable: the publisher holds nothing up to here (what is missing waits)
-        self.probe_token: int | None = None  # the token the publisher promised for our probe
-        self.probe_seen = -1  # the highest probe token that reached us
-        self.confirmed = False  # a probe proved our subscription is in place at this publisher
-        self.probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
-        self.pending_start: tuple[dict, int] | None = None  # that answer, until the probe comes
-        self.start_on_probe = False  # its newest seq comes with the probe's reply, not asked on its own
-        self.linked: str | None = None  # the PUB endpoint our direct SUB socket holds for it (the io loop's)
-        self.provisional = False  # taken by its first frame, before the topic's record named it (the io loop's)
 
     @property
     def id(self) -> str:
@@ -128,6 +130,19 @@ HISTORY_POLICIES = ("at_least", "up_to")
 
 
 class TopicState:
+    """One topic a client follows: its publishers' streams, what arrived, and an outbox the io loop
+    empties after every call. What most topics never change is a class default, set on the instance
+    only when it changes (a pattern meeting a thousand new topics makes a state each)."""
+
+    _leader: str | None = None  # on an exclusive topic, the only publisher delivered
+    epoch = 0  # on an exclusive topic, the highest epoch delivered
+    _stranger_count = 0
+    _joined = False  # the first reconcile is done: publishers met later owe us from seq 1
+    exact = True  # received by its own filter; else by the frames of pattern `via_pattern`
+    via_pattern: str | None = None
+    provisional = False  # met by a pattern's frame, not announced yet (pubsub/pattern_intake.py)
+    reread = False  # its record is to be read again (a publisher met by its frames was never named)
+
     def __init__(self, topic: str, subscriber: str, history: int = 0, reliable: bool = False,
                  mode: str = "direct", start: Callable[[str], tuple[int, int]] | None = None,
                  history_policy: str = "at_least", held_limit: int = HELD_LIMIT) -> None:
@@ -147,24 +162,16 @@ class TopicState:
         self.streams: dict[str, Stream] = {}
         self.departed: dict[str, Stream] = {}  # gone from the record; still delivered until forgotten
         self.resume: dict[str, int] = {}  # forgotten publishers: the first seq not yet delivered from them
-        self._leader: str | None = None  # on an exclusive topic, the only publisher delivered
-        self.epoch = 0  # on an exclusive topic, the highest epoch delivered
         self.unmatched: dict[str, str] = {}  # publisher id -> why it is not delivered
         self.strangers: dict[str, list[tuple[Envelope, int]]] = {}  # publisher -> (message, recv_ns)
-        self._stranger_count = 0
         self.stats = Stats()
         # the outbox, emptied by the io loop after every call
         self.deliveries: list[Message] = []
         self.fetches: list[tuple[Stream, int, int | None]] = []  # (stream, from, to or None: the newest)
         self.heads: list[Stream] = []  # streams whose newest seq must be asked first (history k)
         self.starts: list[Stream] = []  # best effort, joining a running publisher: where is it now?
-        self._joined = False  # the first reconcile is done: publishers met later owe us from seq 1
-        self.exact = True  # received by its own filter; else by the frames of pattern `via_pattern`
-        self.via_pattern: str | None = None
-        self.provisional = False  # met by a pattern's frame, not announced yet (pubsub/pattern_intake.py)
         self.dead: list[DeadLetter] = []
         self.moved: list[tuple[Stream, str]] = []  # (stream, its old PUB endpoint): reconnect
-        self.reread = False
 
     # -- publishers come and go --------------------------------------------------------------------
     def reconcile(self, publishers: list[PublisherEntry]) -> tuple[list[Stream], list[Stream]]:

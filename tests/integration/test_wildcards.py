@@ -199,6 +199,33 @@ def test_a_new_topic_reaches_a_subscriber_already_listening_before_the_ring_answ
         assert gc.isenabled(), "the io loop left the garbage collector off after a batch"
 
 
+def test_a_topic_a_patterns_frame_met_and_never_announced_is_let_go_and_followed_again_once_announced(ring):
+    """A pattern subscriber meets a new topic by its first frame, before its announcement; held back
+    from the ring, the announcement never comes, and after PROVISIONAL_BEATS heartbeats the topic is
+    no longer followed. Once the publisher's registration goes through, the announcement brings it back.
+
+    To see it fail, never let such a topic go (`IoLoop._run_timers` leaving `self._met` alone: its
+    `while met and met[0][0] <= now:` made `while False:`)."""
+    with Client(ring.nodes[1].endpoint, heartbeat=HB) as pub, Client(ring.nodes[2].endpoint, heartbeat=HB) as sub:
+        topics = sub.subscribe("lapse/*")
+        pub.publish("lapse/warm", "warm")  # announced: the subscriber connects to the publisher
+        assert (m := topics.get(timeout=20)) is not None and m.topic == "lapse/warm"
+        hold = threading.Event()
+        pub.registrar.call(lambda: hold.wait(30))  # the ring hears of nothing new meanwhile
+        try:
+            pub.publish("lapse/new", "first")
+            assert (m := topics.get(timeout=10)) is not None and (m.topic, m.text) == ("lapse/new", "first")
+            assert sub.io.topics["lapse/new"].provisional, "met by its frame, not announced"
+            wait_for(lambda: "lapse/new" not in sub.io.topics, 6 * max(HB, io_loop.LEAVE_HEARTBEAT) + 10,
+                     what="the unannounced topic let go")
+        finally:
+            hold.set()
+        wait_for(lambda: "lapse/new" in sub.io.topics and not sub.io.topics["lapse/new"].provisional, 20,
+                 what="the announcement following it again")
+        pub.publish("lapse/new", "second")
+        assert (m := topics.get(timeout=10)) is not None and (m.topic, m.text) == ("lapse/new", "second")
+
+
 def test_a_new_topic_whose_registration_fails_dead_letters_what_it_held_and_says_what_went_early(ring):
     """A new topic whose registration fails (no answer within the publisher's timeout) drops the
     messages it held as one dead letter; the messages that went at once to a subscriber already
