@@ -28,25 +28,35 @@ def ring(tmp_path_factory):  # noqa: ANN001, ANN201
     yield from start_module_ring(tmp_path_factory, "consensus", 3)
 
 
-def groups_of(endpoints: list[str]) -> dict[str, dict]:
-    """Each node's groups as its consensus service reports them ({node: {arc: state}})."""
+def states_of(endpoints: list[str]) -> dict[str, tuple[str, dict]]:
+    """Each node's consensus member and its groups as its consensus service reports them
+    ({node: (member, {arc: state})})."""
     out = {}
     with DhtClient(endpoints[0]) as dht, RpcClient(timeout=1.0, retries=0) as rpc:
         for e in endpoints:
             member = dht.info(e)["services"]["consensus"]
             reply = rpc.call(member.partition("#")[0], "state")
-            out[e] = reply.body["groups"] if reply.ok else {}
+            out[e] = (member, reply.body["groups"] if reply.ok else {})
     return out
 
 
+def groups_of(endpoints: list[str]) -> dict[str, dict]:
+    """Each node's groups as its consensus service reports them ({node: {arc: state}})."""
+    return {e: groups for e, (_member, groups) in states_of(endpoints).items()}
+
+
 def every_group_has(endpoints: list[str], size: int) -> bool:
-    """Every arc's group has one leader, and that leader's configuration has `size` members."""
+    """Every arc's group has one leader, and that leader's configuration has `size` members, each of them
+    one of these nodes: a configuration that still names a node killed since has not moved on (its size
+    alone would pass, and killing one more of it would leave a group without a majority)."""
+    states = states_of(endpoints)
+    alive = {member for member, _groups in states.values()}
     led = {}
-    for groups in groups_of(endpoints).values():
+    for _member, groups in states.values():
         for arc, g in groups.items():
             if g["role"] == "leader":
-                led[arc] = len(g["members"])
-    return len(led) == ARCS and all(n == size for n in led.values())
+                led[arc] = g["members"]
+    return len(led) == ARCS and all(len(m) == size and set(m) <= alive for m in led.values())
 
 
 def test_every_arcs_group_takes_the_rings_replicas_and_then_falls_quiet(ring):
