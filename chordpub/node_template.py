@@ -1,0 +1,98 @@
+"""The template that chordpub/spawner.py forks nodes from (`python -m chordpub.node_template`): it imports
+the node's modules once, then forks a node for each `spawn` request on its stdin and answers each
+`status` request with what it reaped (chordpub/spawner.py says why, and what the protocol is)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+
+WARM = ("chordpub.cli", "chordpub.cli_node", "dht.host", "dht.node_config", "pubsub.relay")
+EXITED_KEPT = 4096  # exit codes kept for the asking (the oldest forgotten first; a pid forked again, at once)
+
+
+def _child(argv: list[str], log: str, cwd: str, env: dict[str, str]) -> None:
+    """In the fork: become the node, as `python -m chordpub ARGV > LOG 2>&1 < /dev/null` in a new session."""
+    code = 1
+    try:
+        os.setsid()
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        nothing = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nothing, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        os.close(nothing)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - (the old one may hold requests read ahead)
+        # sys.stdout and sys.stderr stay: flushed before the fork, now on the log, and buffered as an
+        # exec'd interpreter's would be on a file (stderr by the line; stdout as PYTHONUNBUFFERED says)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(cwd)
+        for gone in set(os.environ) - set(env):
+            del os.environ[gone]
+        os.environ.update(env)
+        sys.argv = ["chordpub", *argv]
+        from chordpub.cli import main
+
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - what an exec'd interpreter would print, then its status
+        traceback.print_exc()
+    try:  # the interpreter's own way out: other threads joined, exit handlers run, output flushed
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def serve() -> None:
+    import importlib
+
+    for name in WARM:
+        importlib.import_module(name)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops us by closing our stdin
+    codes: OrderedDict[int, int] = OrderedDict()  # pid -> exit code, for every node reaped
+    for line in sys.stdin:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            codes[pid] = os.waitstatus_to_exitcode(status)
+            if len(codes) > EXITED_KEPT:
+                codes.popitem(last=False)
+        request = json.loads(line)
+        if request["op"] == "spawn":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                reply = {"error": f"fork: {e}"}
+            else:
+                if pid == 0:
+                    _child(request["argv"], request["log"], request["cwd"], request["env"])
+                codes.pop(pid, None)  # a pid reused: what its last holder exited with is not this one's
+                reply = {"pid": pid}
+        else:
+            reply = {"code": codes.get(request["pid"])}  # (asked as often as any thread of the launcher likes)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve()

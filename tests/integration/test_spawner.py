@@ -1,0 +1,62 @@
+"""Nodes forked from the warm template (chordpub/spawner.py) are nodes as an exec'd one is: a session of
+their own, their output in their log, the launcher's environment, the exit status a signal gives them;
+and where a variable the interpreter reads at its start changed since the template started, nodes are
+exec'd instead.
+
+To see it fail: drop `os.setsid()` in `node_template._child` (the node shares the template's session, and a
+signal to the template's group would reach it), or keep the template's environment in the fork
+(`os.environ.update(env)` -> `pass`: the node misses the config file the launcher named), or hand an exit
+code to its first asker only (`codes.get(` -> `codes.pop(`: a thread asking after another sees the
+dead node running, as the chaos tests' lookup threads did), or make
+`Spawner.usable` ignore the environment (a node started after PYTHONPATH changed is forked with the
+template's, not exec'd).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from chordpub import spawner
+from chordpub.launcher import LocalRing, await_ready, spawn_node, stop_processes
+from dht.client import DhtClient
+
+
+def test_a_forked_node_serves_in_its_own_session_logs_to_its_file_and_exits_as_signalled(tmp_path):
+    with LocalRing(tmp_path, options={"stabilize": 0.2}) as ring:
+        a, b = ring.start(2)
+        assert isinstance(a.proc, spawner.ForkedProcess), "a node of this tree and interpreter is forked"
+        ring.wait_consistent(timeout=30)
+        with DhtClient(a.endpoint) as client:
+            assert client.info(b.endpoint)["endpoint"] == b.endpoint
+        assert os.getsid(a.proc.pid) == a.proc.pid, "its own session, as start_new_session gives"
+        assert "serving" in a.log_path.read_text()
+        b.proc.send_signal(signal.SIGKILL)
+        assert b.proc.wait(10) == -signal.SIGKILL
+        again = spawner.ForkedProcess(spawner.shared(), b.proc.pid, b.proc.args)  # as another thread asks after it
+        assert again.poll() == -signal.SIGKILL, "an exit code is there for every asker, not the first only"
+        a.proc.send_signal(signal.SIGTERM)
+        assert a.proc.wait(20) == 0, a.log_path.read_text()[-2000:]
+
+
+def test_a_fork_takes_the_launchers_environment_and_a_changed_interpreter_variable_means_exec(tmp_path,
+                                                                                                 monkeypatch):
+    assert spawner.shared() is not None  # the template, started before the variable below is set
+    config = tmp_path / "site.toml"
+    config.write_text("[node.start]\nsuccessors = 6\n")
+    monkeypatch.setenv("CHORDPUB_CONFIG", str(config))  # read by the node's command line, at its start
+    first = spawn_node(tmp_path, "before")
+    try:
+        assert isinstance(first, spawner.ForkedProcess), "a node of this tree and interpreter is forked"
+        node = await_ready(first, tmp_path, "before")
+        with DhtClient(node.endpoint) as client:
+            assert client.info(node.endpoint)["r"] == 6, "the fork read the launcher's environment"
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+        second = spawn_node(tmp_path, "after")
+        try:
+            assert isinstance(second, subprocess.Popen), "a fork would carry the template's PYTHONPATH"
+        finally:
+            stop_processes([second])
+    finally:
+        stop_processes([first])
