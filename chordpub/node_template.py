@@ -7,11 +7,14 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
 import traceback
 from collections import OrderedDict
+
+import setproctitle
 
 WARM = ("chordpub.cli", "chordpub.cli_node", "dht.host", "dht.node_config", "pubsub.relay")
 EXITED_KEPT = 4096  # exit codes kept for the asking (the oldest forgotten first; a pid forked again, at once)
@@ -35,6 +38,9 @@ def _child(argv: list[str], log: str, cwd: str, env: dict[str, str]) -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # `ps`, `pgrep -f` and /proc/PID/cmdline show the node's command line, as an exec'd one's (set before
+        # the environment changes: the title takes the room of the process's first environment)
+        setproctitle.setproctitle(shlex.join([sys.executable, "-m", "chordpub", *argv]))
         os.chdir(cwd)
         for gone in set(os.environ) - set(env):
             del os.environ[gone]

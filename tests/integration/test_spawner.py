@@ -4,7 +4,8 @@ and where a variable the interpreter reads at its start changed since the templa
 exec'd instead.
 
 To see it fail: drop `os.setsid()` in `node_template._child` (the node shares the template's session, and a
-signal to the template's group would reach it), or keep the template's environment in the fork
+signal to the template's group would reach it), or its `setproctitle` (`ps` and `pgrep -f` show every node as
+the template), or keep the template's environment in the fork
 (`os.environ.update(env)` -> `pass`: the node misses the config file the launcher named), or hand an exit
 code to its first asker only (`codes.get(` -> `codes.pop(`: a thread asking after another sees the
 dead node running, as the chaos tests' lookup threads did), or make
@@ -31,6 +32,9 @@ def test_a_forked_node_serves_in_its_own_session_logs_to_its_file_and_exits_as_s
         with DhtClient(a.endpoint) as client:
             assert client.info(b.endpoint)["endpoint"] == b.endpoint
         assert os.getsid(a.proc.pid) == a.proc.pid, "its own session, as start_new_session gives"
+        with open(f"/proc/{a.proc.pid}/cmdline", "rb") as f:
+            shown = f.read().replace(b"\0", b" ").decode()
+        assert "-m chordpub node start" in shown and a.log_path.stem in shown, f"ps would show {shown!r}"
         assert "serving" in a.log_path.read_text()
         b.proc.send_signal(signal.SIGKILL)
         assert b.proc.wait(10) == -signal.SIGKILL
