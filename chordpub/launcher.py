@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chordpub.spawner import shared
+from chordpub.spawner import ForkedProcess, shared
 from dht.client import DhtClient
 from dht.processes import interrupts_deferred, stop_processes, wait_for
 from dht.ringcheck import check_ring
@@ -35,7 +35,7 @@ class LaunchError(RuntimeError):
 class NodeProcess:
     endpoint: str
     id: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProcess
     log_path: Path
     positions: list[dict] = field(default_factory=list)  # its ring positions ({"id", "endpoint"}), with --vnodes
 
@@ -68,9 +68,10 @@ def node_command(host: str, port: int, join: str | None, ready_file: Path,
 
 def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0, join: str | None = None,
                options: dict[str, object] | None = None, code: Path | None = None,
-               python: str | None = None) -> subprocess.Popen:
-    """A `chordpub node start` process; `code`: run the chordpub of that source tree instead of this one,
-    with the interpreter `python` (benchmarks set one revision's ring beside another's)."""
+               python: str | None = None) -> subprocess.Popen | ForkedProcess:
+    """A `chordpub node start` process, forked from the warm template (chordpub/spawner.py) where it can
+    be; `code`: run the chordpub of that source tree instead of this one, with the interpreter `python`
+    (benchmarks set one revision's ring beside another's), exec'd."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / f"{name}.ready"
     ready.unlink(missing_ok=True)
@@ -86,7 +87,7 @@ def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0,
         log.close()
 
 
-def await_ready(proc: subprocess.Popen, workdir: Path, name: str, timeout: float = 30.0) -> NodeProcess:
+def await_ready(proc: subprocess.Popen | ForkedProcess, workdir: Path, name: str, timeout: float = 30.0) -> NodeProcess:
     ready = workdir / f"{name}.ready"
     log = workdir / f"{name}.log"
 
