@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.idle import cpu_ticks  # noqa: E402
 from chordpub.launcher import LocalRing  # noqa: E402
 from chordpub.spawner import shared  # noqa: E402
 
@@ -73,11 +74,6 @@ CPU_S: dict[str, list[float]] = {}  # row -> CPU-seconds each start had spent at
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 def first_socket(cmd: list[str], timeout: float = 10.0, row: str = "", forked: Path | None = None) -> float:
     """Seconds from exec (`forked`: from the request to the warm template, the node's log there) to the
     process's first listening TCP socket."""
@@ -96,7 +92,7 @@ def first_socket(cmd: list[str], timeout: float = 10.0, row: str = "", forked: P
                 mine = set()
             if mine & listening_inodes():
                 took = time.perf_counter() - t0
-                CPU_S.setdefault(row, []).append(cpu_s(proc.pid))
+                CPU_S.setdefault(row, []).append(cpu_ticks(proc.pid) / TICK)
                 return took
             if proc.poll() is not None:
                 raise RuntimeError(f"{cmd} exited with status {proc.returncode} before listening")
