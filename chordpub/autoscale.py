@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chordpub.launcher import stop_processes
+from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient, DhtError
 from dht.load import report
 from dht.ringcheck import evaluate, walk
@@ -73,21 +74,22 @@ class Spawner:
     hosts: list[str]
     log_dir: Path
     base_port: int = 0
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # endpoint -> the process started
+    procs: dict[str, subprocess.Popen | ForkedProcess] = field(default_factory=dict)  # endpoint -> its process
     count: int = 0
 
-    def start(self, join: str, new_id: int, ring: dict) -> tuple[str, subprocess.Popen]:
+    def start(self, join: str, new_id: int, ring: dict) -> tuple[str, subprocess.Popen | ForkedProcess]:
         host = self.hosts[self.count % len(self.hosts)]
         port = self.base_port + self.count if self.base_port else free_port(host)
         values = {"python": sys.executable, "host": host, "port": port, "join": join, "id": new_id,
                   "bits": ring["bits"], "successors": ring["r"], "replicas": ring["replicas"]}
         cmd = [w.format(**values) for w in check_template(self.template)]
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"autoscaled-{self.count}-{port}.log", "ab")  # noqa: SIM115 - the child's
-        try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
+        log_path = self.log_dir / f"autoscaled-{self.count}-{port}.log"
+        if cmd[:3] == [sys.executable, "-m", "chordpub"]:  # this interpreter's chordpub: forked warm where it can be
+            proc = start(cmd[3:], log_path)
+        else:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         self.count += 1
         endpoint = f"{host}:{port}"
         self.procs[endpoint] = proc
@@ -199,7 +201,8 @@ class Autoscaler:
         return out
 
 
-def settle(done: Callable[[], bool], cleanup: list[subprocess.Popen], timeout: float = SETTLE_TIMEOUT) -> dict:
+def settle(done: Callable[[], bool], cleanup: list[subprocess.Popen | ForkedProcess],
+           timeout: float = SETTLE_TIMEOUT) -> dict:
     """Poll `done` until it holds; a change that does not settle within `timeout` is reported failed (and
     the processes in `cleanup` are stopped). A DhtError from `done` is a look that failed (a node too busy
     to answer): it is the error only if the change never settles, or at once if a started node exited."""

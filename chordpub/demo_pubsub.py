@@ -10,13 +10,13 @@ subscriber delivered (`deliveries/`, the trace schema), per topic.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from chordpub.launcher import interrupts_deferred, stop_processes, wait_for
+from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient
 from dht.transport import SocketSetup
 from pubsub.directory import topic_info
@@ -28,13 +28,9 @@ SUBSCRIBERS = {"s1": "alpha", "s2": "beta", "s3": "alpha"}
 RATE = 100.0
 
 
-def _spawn(logdir: Path, name: str, args: list[str]) -> subprocess.Popen:
-    log = open(logdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it from here
-    try:
-        return subprocess.Popen([sys.executable, "-m", "chordpub", *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        log.close()
+def _spawn(logdir: Path, name: str, args: list[str]) -> subprocess.Popen | ForkedProcess:
+    (logdir / f"{name}.log").unlink(missing_ok=True)
+    return start(args, logdir / f"{name}.log")
 
 
 def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir: Path, logdir: Path,
@@ -42,7 +38,7 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
     """Start the subscribers, wait until the ring knows them, then the publishers; wait for all."""
     count = max(int(RATE * seconds), 1)
     expected = {t: count * list(PUBLISHERS.values()).count(t) for t in set(PUBLISHERS.values())}
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen | ForkedProcess] = []
     keys = ["--curve", str(curve)] if curve else []
     try:
         for i, (name, topic) in enumerate(SUBSCRIBERS.items()):
@@ -56,7 +52,7 @@ def run_phase(mode: str, endpoints: list[str], seconds: float, run: str, run_dir
             wanted = {t: list(SUBSCRIBERS.values()).count(t) for t in set(SUBSCRIBERS.values())}
             wait_for(lambda: all(topic_info(client, t)["subscribers"] >= n for t, n in wanted.items()),
                      timeout=30, what=f"{mode} subscribers registered")
-        pubs: list[subprocess.Popen] = []
+        pubs: list[subprocess.Popen | ForkedProcess] = []
         for i, (name, topic) in enumerate(PUBLISHERS.items()):
             with interrupts_deferred():
                 pubs.append(_spawn(logdir, f"{mode}-{name}", [

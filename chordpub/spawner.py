@@ -1,18 +1,20 @@
-"""Node processes forked from a warm template instead of started from scratch.
+"""`chordpub` processes (a ring's nodes, publishers, subscribers) forked from a warm template instead of
+started from scratch.
 
 A `chordpub node start` exec'd afresh pays for its interpreter and its imports every time: about 0.2
 CPU-seconds before its first socket, most of what an idle node costs in a short-lived ring (a local
-ring, the demo, a test). A template process imports the node's modules once; each node is then a fork
-of it that runs the same command line (`chordpub.cli.main`) in a session of its own, with its output
-to its log, as the exec'd one would: a few hundredths of a CPU-second each.
+ring, the demo, a test); a `pub` or `sub` as much. A template process imports a node's and a client's
+modules once; each command is then a fork of it that runs the same command line (`chordpub.cli.main`) in
+a session of its own, with its output to its log, as the exec'd one would: a few hundredths of a
+CPU-second each.
 
-The template is one process per launching process (started on the first node, ended when the launcher
-exits or closes its pipe). It takes requests on its stdin, one JSON object a line, and answers each
-on its stdout: `spawn` forks a node and answers its pid; `status` reaps what exited and answers a
+The template is one process per launching process (started on the first command, ended when the
+launcher exits or closes its pipe). It takes requests on its stdin, one JSON object a line, and answers
+each on its stdout: `spawn` forks a command and answers its pid; `status` reaps what exited and answers a
 pid's exit code (None: running). The template stays single-threaded and opens no socket, so that a
 fork of it is safe. A fork takes the launcher's environment as it is at the spawn; but what the
 interpreter and the imports read at their start is the template's, so a launcher whose variables of
-that kind (STARTUP_PREFIXES) changed since the template started execs its nodes the ordinary way.
+that kind (STARTUP_PREFIXES) changed since the template started execs its commands the ordinary way.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _startup(env: dict[str, str]) -> dict[str, str]:
 
 
 class ForkedProcess:
-    """A node forked by the template, with the part of `subprocess.Popen` the launchers use."""
+    """A command forked by the template, with the part of `subprocess.Popen` the launchers use."""
 
     def __init__(self, spawner: Spawner, pid: int, args: list[str]) -> None:
         self._spawner = spawner
@@ -79,7 +81,7 @@ class Spawner:
     def __init__(self) -> None:
         self.env = _startup(dict(os.environ))
         self._lock = threading.Lock()
-        self._proc = subprocess.Popen([sys.executable, "-m", "chordpub.node_template"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "chordpub.command_template"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, start_new_session=True, text=True, bufsize=1)
         atexit.register(self.close)
 
@@ -94,9 +96,14 @@ class Spawner:
             raise OSError("the node template process exited")
         return json.loads(line)
 
-    def spawn(self, argv: list[str], log: str, cwd: str) -> ForkedProcess:
-        """`argv`: the command line after `chordpub` (as `python -m chordpub` takes it)."""
-        reply = self._ask({"op": "spawn", "argv": argv, "log": log, "cwd": cwd, "env": dict(os.environ)})
+    def spawn(self, argv: list[str], log: str, cwd: str, err: str | None = None) -> ForkedProcess:
+        """`argv`: the command line after `chordpub` (as `python -m chordpub` takes it); its output appended
+        to the file `log`, its errors to `err` (None: to `log` too)."""
+        log, err = (None if p is None else os.path.abspath(p) for p in (log, err))  # (the template's cwd is its own)
+        for path in {log, err or log}:  # there once this returns, as with Popen and a file opened for it
+            with open(path, "ab"):
+                pass
+        reply = self._ask({"op": "spawn", "argv": argv, "log": log, "err": err, "cwd": cwd, "env": dict(os.environ)})
         if "error" in reply:
             raise OSError(reply["error"])
         return ForkedProcess(self, reply["pid"], [sys.executable, "-m", "chordpub", *argv])
@@ -120,7 +127,7 @@ _shared_lock = threading.Lock()
 
 def shared() -> Spawner | None:
     """This process's template, started on first use; None where it cannot serve (its environment
-    changed, or CHORDPUB_FORK=0 asks for exec'd nodes)."""
+    changed, or CHORDPUB_FORK=0 asks for exec'd commands)."""
     global _shared
     if os.environ.get("CHORDPUB_FORK", "1") == "0":
         return None
@@ -128,3 +135,17 @@ def shared() -> Spawner | None:
         if _shared is None or _shared._proc.poll() is not None:
             _shared = Spawner()
         return _shared if _shared.usable() else None
+
+
+def start(argv: list[str], log: str | os.PathLike, err: str | os.PathLike | None = None,
+          cwd: str | os.PathLike | None = None) -> subprocess.Popen | ForkedProcess:
+    """`chordpub ARGV` in a session of its own, stdin on /dev/null, its output appended to `log` and its
+    errors to `err` (None: to `log`): forked from this process's template where it can be, exec'd
+    otherwise."""
+    cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
+    if (spawner := shared()) is not None:
+        return spawner.spawn(argv, os.fspath(log), cwd, None if err is None else os.fspath(err))
+    with open(log, "ab") as out, open(err if err is not None else os.devnull, "ab") as errors:
+        return subprocess.Popen([sys.executable, "-m", "chordpub", *argv], stdout=out,
+                                stderr=subprocess.STDOUT if err is None else errors, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=cwd)

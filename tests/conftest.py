@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -91,9 +92,22 @@ def ring_factory(tmp_path: Path, vnodes: int):
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run `chordpub ARGS` as a user would; returns the completed process (text)."""
-    return subprocess.run([sys.executable, "-m", "chordpub", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    """Run `chordpub ARGS` as a user would (a process of its own, forked from the warm template as the
+    launcher's are: chordpub/spawner.py); returns the completed process (text)."""
+    from chordpub.spawner import start
+
+    argv = [str(a) for a in args]
+    with tempfile.TemporaryDirectory(prefix="cli-") as d:
+        out, err = Path(d) / "out", Path(d) / "err"
+        proc = start(argv, out, err=err)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess([sys.executable, "-m", "chordpub", *argv], code, out.read_text(),
+                                           err.read_text())
 
 
 def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
@@ -119,16 +133,15 @@ def start_module_ring(tmp_path_factory, name: str, nodes: int, **options):  # no
 
 @pytest.fixture
 def procs(tmp_path: Path):
-    """spawn(name, *cli_args) -> Popen, logging to tmp_path/name.log; all killed at teardown."""
+    """spawn(name, *cli_args) -> a `chordpub` process (chordpub/spawner.py's `start`: a Popen or its forked
+    like), logging to tmp_path/name.log; all killed at teardown."""
     from chordpub.launcher import stop_processes
+    from chordpub.spawner import ForkedProcess, start
 
-    started: list[subprocess.Popen] = []
+    started: list[subprocess.Popen | ForkedProcess] = []
 
-    def spawn(name: str, *args: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:  # noqa: ANN001
-        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed when the child exits
-        p = subprocess.Popen([sys.executable, "-m", "chordpub", *args], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=stdin, start_new_session=True)
-        log.close()
+    def spawn(name: str, *args: str) -> subprocess.Popen | ForkedProcess:
+        p = start(list(args), tmp_path / f"{name}.log")
         started.append(p)
         return p
 

@@ -1,16 +1,18 @@
 """Nodes forked from the warm template (chordpub/spawner.py) are nodes as an exec'd one is: a session of
 their own, their output in their log, the launcher's environment, the exit status a signal gives them;
 and where a variable the interpreter reads at its start changed since the template started, nodes are
-exec'd instead.
+exec'd instead. Any other forked `chordpub` command prints, errs and exits as the exec'd one does.
 
-To see it fail: drop `os.setsid()` in `node_template._child` (the node shares the template's session, and a
+To see it fail: drop `os.setsid()` in `command_template._child` (the node shares the template's session, and a
 signal to the template's group would reach it), or its `setproctitle` (`ps` and `pgrep -f` show every node as
 the template), or keep the template's environment in the fork
 (`os.environ.update(env)` -> `pass`: the node misses the config file the launcher named), or hand an exit
 code to its first asker only (`codes.get(` -> `codes.pop(`: a thread asking after another sees the
 dead node running, as the chaos tests' lookup threads did), or make
 `Spawner.usable` ignore the environment (a node started after PYTHONPATH changed is forked with the
-template's, not exec'd).
+template's, not exec'd), or give the fork the template's own `sys.argv[0]` (`[MAIN, *argv]` ->
+`["chordpub", *argv]`: its usage line names another program), or send its errors to its output file
+(`(log, err or log)` -> `(log, log)`).
 """
 
 from __future__ import annotations
@@ -64,3 +66,19 @@ def test_a_fork_takes_the_launchers_environment_and_a_changed_interpreter_variab
             stop_processes([second])
     finally:
         stop_processes([first])
+
+
+def test_a_forked_command_prints_and_exits_as_an_exec_d_one(tmp_path, monkeypatch):
+    """What the tests' `run_cli` and `procs` see of a `chordpub` command: the same output, errors and
+    exit status whether the template forked it or it was exec'd."""
+    seen = {}
+    for way in ("1", "0"):
+        monkeypatch.setenv("CHORDPUB_FORK", way)
+        out, err = tmp_path / f"out{way}", tmp_path / f"err{way}"
+        proc = spawner.start(["pub", "--topic", "t", "--no-such-option"], out, err=err, cwd=tmp_path)
+        assert isinstance(proc, spawner.ForkedProcess) == (way == "1")
+        seen[way] = (proc.wait(30), out.read_text(), err.read_text())
+    code, printed, said = seen["1"]
+    assert (code, printed) == (2, ""), seen
+    assert said.startswith("Usage: python -m chordpub pub "), said
+    assert seen["1"] == seen["0"], "a forked command's usage error is the exec'd one's"

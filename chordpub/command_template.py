@@ -16,22 +16,27 @@ from collections import OrderedDict
 
 import setproctitle
 
-WARM = ("chordpub.cli", "chordpub.cli_node", "dht.host", "dht.node_config", "pubsub.relay")
+# a node's modules, and those of the commands that start as often: `pub`, `sub`, `ring`, and their Client
+WARM = ("chordpub.cli", "chordpub.cli_node", "dht.host", "dht.node_config", "pubsub.relay", "chordpub.cli_pubsub",
+        "chordpub.cli_sub", "chordpub.cli_ring", "pubsub.client", "pubsub.dispatch", "pubsub.directory",
+        "chordpub.launcher", "dht.ringcheck")
+MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")  # sys.argv[0] of `python -m chordpub`
 EXITED_KEPT = 4096  # exit codes kept for the asking (the oldest forgotten first; a pid forked again, at once)
 
 
-def _child(argv: list[str], log: str, cwd: str, env: dict[str, str]) -> None:
-    """In the fork: become the node, as `python -m chordpub ARGV > LOG 2>&1 < /dev/null` in a new session."""
+def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, str]) -> None:
+    """In the fork: become the command, as `python -m chordpub ARGV > LOG 2>ERR < /dev/null` in a new session
+    (ERR: LOG when None)."""
     code = 1
     try:
         os.setsid()
-        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        out, errors = (os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) for path in (log, err or log))
         nothing = os.open(os.devnull, os.O_RDONLY)
         os.dup2(nothing, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-        os.close(nothing)
+        os.dup2(errors, 2)
+        for fd in {out, errors, nothing}:
+            os.close(fd)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - (the old one may hold requests read ahead)
         # sys.stdout and sys.stderr stay: flushed before the fork, now on the log, and buffered as an
         # exec'd interpreter's would be on a file (stderr by the line; stdout as PYTHONUNBUFFERED says)
@@ -45,7 +50,7 @@ def _child(argv: list[str], log: str, cwd: str, env: dict[str, str]) -> None:
         for gone in set(os.environ) - set(env):
             del os.environ[gone]
         os.environ.update(env)
-        sys.argv = ["chordpub", *argv]
+        sys.argv = [MAIN, *argv]  # (click names the program from it: "python -m chordpub", as when exec'd)
         from chordpub.cli import main
 
         main()
@@ -91,7 +96,7 @@ def serve() -> None:
                 reply = {"error": f"fork: {e}"}
             else:
                 if pid == 0:
-                    _child(request["argv"], request["log"], request["cwd"], request["env"])
+                    _child(request["argv"], request["log"], request.get("err"), request["cwd"], request["env"])
                 codes.pop(pid, None)  # a pid reused: what its last holder exited with is not this one's
                 reply = {"pid": pid}
         else:
