@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from chordpub.cli_common import clean_errors
+from sim.limits import check_churn, check_failures, check_ring
 
 if TYPE_CHECKING:
     import numpy as np
@@ -115,6 +116,7 @@ def lookups_cmd(nodes: int = typer.Option(..., help="Real nodes in the ring."),
         raise ValueError(f"a ring needs at least one node, got --nodes {nodes}")
     if lookups is None:  # both said before the simulator's imports (numba, networkx: a second)
         raise ValueError("--lookups is required: how many lookups to route")
+    check_ring(nodes, bits, virtual)
     import numpy as np
 
     from sim.latency import LatencyError, from_spec
@@ -244,6 +246,8 @@ def failures_cmd(nodes: int = typer.Option(..., help="Real nodes."), keys: int =
                  lookups: int = typer.Option(None, help="Lookups of stored keys (default min(keys, 100000))."),
                  seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
     """Fail a fraction of the nodes at once; measure lookups before and after the ring stabilizes."""
+    check_failures(nodes, keys, fail, replicas, successors)
+    check_ring(nodes, 64)
     from sim.failures import simultaneous_failures
 
     res = simultaneous_failures(nodes, keys, fail, replicas, successors, lookups, seed=seed)
@@ -270,6 +274,7 @@ def churn_cmd(nodes: int = typer.Option(500, help="Nodes at the start (joins and
               lookup_rate: float = typer.Option(1.0, help="Lookups per simulated second."),
               seed: int = SEED, out: Path = OUT, as_json: bool = JSON) -> None:
     """Continuous churn as in SIGCOMM'01 §6.5: failed lookups (not retried), hops, timeouts."""
+    check_churn(nodes, rate, stabilize, duration, lookup_rate)
     from sim.churn import continuous_churn
 
     with progress_bar(f"churn R={rate}/s for {duration:g} simulated s", 1.0) as update:

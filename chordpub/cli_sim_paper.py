@@ -126,12 +126,13 @@ def stretch_cmd(nodes: str = typer.Option("1000,3000,10000", help="Ring sizes N,
 
     Stretch = a lookup's latency / the direct latency from its origin to the key's owner (median over
     the lookups); the same ring, keys and origins for every K (Gummadi et al., SIGCOMM'03, §4)."""
+    output_file(png, "--png")
+    sizes = _int_list(nodes, "--nodes", 2)  # (said before the simulator's imports: a second and more)
+    given = tuple(_int_list(pns, "--pns", 0)) if pns else None
     from sim.latency import LatencyError, from_spec
     from sim.proximity import PNS_SAMPLES, STRETCH_TOPOLOGIES, stretch_curve
 
-    output_file(png, "--png")
-    sizes = _int_list(nodes, "--nodes", 2)
-    samples = tuple(_int_list(pns, "--pns", 0)) if pns else PNS_SAMPLES
+    samples = given or PNS_SAMPLES
     specs = tuple(topology) if topology else STRETCH_TOPOLOGIES
     for spec in specs:
         try:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.limits import RingError, check_churn
 from sim.lookup import LookupTrace
-from sim.ring import RingError, random_ring
+from sim.ring import random_ring
 
 JOIN, FAIL, STABILIZE, LOOKUP = range(4)
 
@@ -176,10 +177,7 @@ def continuous_churn(nodes: int = 500, rate: float = 0.05, stabilize: float = 30
                      warmup: float | None = None,
                      progress: Callable[[float], None] | None = None) -> ChurnResult:
     """Run the §6.5 experiment; lookups in the first `warmup` seconds (default 2 S) are not counted."""
-    if nodes < 2:
-        raise RingError(f"churn needs at least 2 nodes, got {nodes}")
-    if rate < 0 or stabilize <= 0 or duration <= 0 or lookup_rate <= 0:
-        raise RingError("rate must be >= 0; stabilize, duration and lookup rate > 0")
+    check_churn(nodes, rate, stabilize, duration, lookup_rate)
     rng = np.random.default_rng(seed)
     ring = ChurnRing(nodes, bits, successors, rng)
     warmup = 2 * stabilize if warmup is None else warmup

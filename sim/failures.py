@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.latency import LatencyModel
+from sim.limits import check_failures
 from sim.lookup import LookupTrace, lookups, trace_of
-from sim.ring import Ring, RingError, random_ring
+from sim.ring import Ring, random_ring
 
 
 @dataclass
@@ -37,17 +38,6 @@ class FailureResult:
         return {"fail": self.fail, "failed_lookups": self.failed_lookups, "mean_hops": self.mean_hops,
                 "mean_timeouts": self.mean_timeouts, "nodes": self.nodes, "keys": self.keys,
                 "replicas": self.replicas, "keys_lost": self.keys_lost, "before": self.before}
-
-
-def check_failures(nodes: int, keys: int, fail: float, replicas: int, successors: int) -> None:
-    if not 0 <= fail < 1:
-        raise RingError(f"the failed fraction must be in [0, 1), got {fail}")
-    if keys < 1:
-        raise RingError(f"at least one key is needed, got {keys}")
-    if replicas < 1 or successors < 1:
-        raise RingError("replicas and successors must be at least 1")
-    if round(fail * nodes) >= nodes:
-        raise RingError(f"failing {fail} of {nodes} nodes leaves none alive")
 
 
 def simultaneous_failures(nodes: int, keys: int, fail: float, replicas: int = 1, successors: int = 8,

@@ -17,11 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_BITS = 64  # ids are uint64
-
-
-class RingError(ValueError):
-    """Parameters no ring can have (more nodes than ids, bits out of range)."""
+from sim.limits import MAX_BITS, RingError  # noqa: F401 - (MAX_BITS: offered here as before)
+from sim.limits import check_ring as check
 
 
 @dataclass(frozen=True)
@@ -128,17 +125,6 @@ def finger_table(ring: Ring, pns: int = 0, delay: tuple | None = None, slack: in
         kernels.finger_columns(ring.ids, ring.mask, bits, base, table)
         kernels.pns_columns(ring.ids, ring.mask, bits, base, pns, delay, table)
     return FingerTable(base, table, index, shift, pns, delay if pns else None)
-
-
-def check(nodes: int, bits: int, virtual: int = 1) -> None:
-    if not 1 <= bits <= MAX_BITS:
-        raise RingError(f"bits must be 1..{MAX_BITS} in the simulator (uint64 ids), got {bits}")
-    if nodes < 1:
-        raise RingError(f"a ring needs at least one node, got {nodes}")
-    if virtual < 1:
-        raise RingError(f"virtual nodes per node must be >= 1, got {virtual}")
-    if nodes * virtual > (1 << bits):
-        raise RingError(f"{nodes * virtual} positions do not fit in a {bits}-bit id space")
 
 
 def random_ring(nodes: int, bits: int = 64, seed: int | None = None, virtual: int = 1,
