@@ -11,6 +11,9 @@ PACKAGES := dht pubsub sim topologies traces chordpub
 # the packages' bytecode, written even where PYTHONDONTWRITEBYTECODE is set: every node and client process
 # the demo and the suite start would otherwise compile them from source (a third of a second each)
 COMPILE = $(PY) -m compileall -q $(PACKAGES) >/dev/null
+# the simulator's compiled loops, cached once before the tests and notebooks that start together would
+# each compile them (sim/warm.py)
+WARM_SIM = $(PY) -m sim.warm
 
 .PHONY: demo test lint mutants notebooks system-deps bench-deps bench-groups bench-peers bench-consensus clean
 
@@ -48,6 +51,7 @@ demo: $(STAMP_RUN)
 test: $(STAMP_TEST) system-deps
 	$(VENV)/bin/ruff check .
 	@$(COMPILE)
+	@$(WARM_SIM)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # JupyterLab on the analysis notebooks (plots inline); open the URL it prints. As root (a container,
