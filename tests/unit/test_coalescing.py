@@ -154,11 +154,24 @@ def test_a_flood_goes_out_in_runs_and_a_message_after_a_pause_alone(publishing):
     assert isinstance(alone, Envelope) and alone.seq == 1001 and not side.runs.waiting, "sent at once, not held"
 
 
-def test_flush_sends_what_waits_in_a_run_at_once(publishing):
+class SteadyClock:
+    """The publisher's clock (`time.time_ns` in pubsub/publishing.py) a microsecond on at each reading, however
+    long a loaded machine takes between two publishes: five in a row are a flood, never five after pauses."""
+
+    def __init__(self) -> None:
+        self.ns = time.time_ns()
+
+    def time_ns(self) -> int:
+        self.ns += 1_000
+        return self.ns
+
+
+def test_flush_sends_what_waits_in_a_run_at_once(publishing, monkeypatch):
     """No io loop here: without `flush` the run would wait for one. (To see it fail, let
     `PublishingSide.flush` send nothing.)"""
     side, sub = publishing
     side.runs.wake = lambda: None
+    monkeypatch.setattr("pubsub.publishing.time", SteadyClock())
     for i in range(5):
         side.publish("t", b"%d" % i)
     assert side.runs.waiting, "a flood of five waits in a run"
