@@ -1,6 +1,7 @@
-"""The template that chordpub/spawner.py forks nodes from (`python -m chordpub.node_template`): it imports
-the node's modules once, then forks a node for each `spawn` request on its stdin and answers each
-`status` request with what it reaped (chordpub/spawner.py says why, and what the protocol is)."""
+"""The template that chordpub/spawner.py forks `chordpub` commands from (`python -m chordpub.command_template`):
+it imports the modules of a node and of the clients' commands once, then forks a command for each `spawn`
+request on its stdin and answers each `status` request with what it reaped (chordpub/spawner.py says why,
+and what the protocol is)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, 
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        # `ps`, `pgrep -f` and /proc/PID/cmdline show the node's command line, as an exec'd one's (set before
+        # `ps`, `pgrep -f` and /proc/PID/cmdline show the command line, as an exec'd process's (set before
         # the environment changes: the title takes the room of the process's first environment)
         setproctitle.setproctitle(shlex.join([sys.executable, "-m", "chordpub", *argv]))
         os.chdir(cwd)
@@ -74,7 +75,7 @@ def serve() -> None:
     for name in WARM:
         importlib.import_module(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops us by closing our stdin
-    codes: OrderedDict[int, int] = OrderedDict()  # pid -> exit code, for every node reaped
+    codes: OrderedDict[int, int] = OrderedDict()  # pid -> exit code, for every command reaped
     for line in sys.stdin:
         while True:
             try:
