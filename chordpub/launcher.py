@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chordpub.spawner import ForkedProcess, shared
+from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient
 from dht.processes import interrupts_deferred, stop_processes, wait_for
 from dht.ringcheck import check_ring
@@ -75,9 +75,8 @@ def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0,
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / f"{name}.ready"
     ready.unlink(missing_ok=True)
-    if code is None and python is None and (spawner := shared()) is not None:  # forked warm (chordpub/spawner.py)
-        return spawner.spawn(node_command(host, port, join, ready, options)[3:], str(workdir / f"{name}.log"),
-                             os.getcwd())
+    if code is None and python is None:  # this tree's chordpub: forked warm where it can be (chordpub/spawner.py)
+        return start(node_command(host, port, join, ready, options)[3:], workdir / f"{name}.log")
     log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:
         env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}

@@ -93,7 +93,7 @@ class Spawner:
             self._proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
             line = self._proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
-            raise OSError("the node template process exited")
+            raise OSError("the command template process exited")
         return json.loads(line)
 
     def spawn(self, argv: list[str], log: str, cwd: str, err: str | None = None) -> ForkedProcess:
