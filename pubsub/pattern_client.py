@@ -111,21 +111,25 @@ def subscribe_pattern(client: PatternHost, pattern: str, history: int, reliable:
 
     held_limit = min(HELD_LIMIT, max(pending_limit, 1000))
 
-    def make_state(topic: str) -> TopicState:
+    def make_state(topic: str, late: bool = False) -> TopicState:
         start = positions.of(topic).start if positions is not None else None
-        return TopicState(topic, client.id, history, reliable, mode, start, history_policy, held_limit=held_limit)
+        ts = TopicState(topic, client.id, history, reliable, mode, start, history_policy, held_limit=held_limit)
+        if late and reliable:
+            ts.owe_from_first()
+        return ts
 
     def attach(topic: str, entries: list[PublisherEntry]) -> None:
         done = first.next()
+        late = follower.first_read.done()  # announced after the pattern's first read: owed from seq 1
         met = client.io.topics.get(topic)  # (read across threads, a hint: the io loop decides)
-        ts = None if met is not None and met.provisional else make_state(topic)
+        ts = None if met is not None and met.provisional else make_state(topic, late)
 
         def on_io() -> None:  # a topic met by its frames already needs no state of its own
             held = client.io.topics.get(topic)
             if ts is None and held is not None and held.provisional and client.io.handles.get(topic) is handle:
                 client.io.attach(held, handle, entries, None, done, wait)
             else:
-                client.io.attach(ts or make_state(topic), handle, entries, None, done, wait)
+                client.io.attach(ts or make_state(topic, late), handle, entries, None, done, wait)
 
         client.io.call(on_io)
 

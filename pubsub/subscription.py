@@ -300,6 +300,15 @@ class TopicState:
         """A topic met by its first frames: every publisher of it owes us from seq 1 (none ran before us)."""
         self._joined = True
 
+    def owe_from_first(self) -> None:
+        """A topic a reliable pattern meets after its first read (announced later, or followed again
+        after its announcements lapsed): its publishers owe us from seq 1, or from where we left it.
+        Whether what a publisher that keeps nothing sent before we met the topic came before the
+        subscription or after cannot be told, so it is a dead letter, never skipped unseen (taken
+        from the publisher's next seq, a message sent while the topic's announcement had lapsed at a
+        busy owner was lost without a trace: 936 of a 10,000-topic pattern's topics in one CI run)."""
+        self._joined = True
+
     def forget(self, pid: str) -> Stream | None:
         """A departed publisher's grace is over: nothing more of it is delivered."""
         st = self.departed.pop(pid, None)
