@@ -170,7 +170,9 @@ def test_a_reliable_pattern_owes_a_topic_it_meets_late_from_seq_1(ring):
     via = ring.nodes[1].endpoint
     letters: list = []
     announced: dict[str, list] = {}  # topics the pattern's record announced, not followed until released
-    with Client(via, heartbeat=HB, on_dead_letter=letters.append) as sub, Client(via, heartbeat=HB) as pub:
+    # the publisher's heartbeat sets its wait for known filters and then its late hold (3 heartbeats each, at
+    # least 3 s): 4.5 s leaves a loaded machine room to fetch within the hold
+    with Client(via, heartbeat=HB, on_dead_letter=letters.append) as sub, Client(via, heartbeat=1.5) as pub:
         pattern = sub.subscribe("late/*", reliable=True)
         follower = pattern.pattern
         attach = follower._attach
