@@ -279,7 +279,11 @@ def test_a_topic_a_patterns_frame_met_and_never_announced_is_let_go_and_followed
         wait_for(lambda: "lapse/new" in sub.io.topics and not sub.io.topics["lapse/new"].provisional, 20,
                  what="the announcement following it again")
         pub.publish("lapse/new", "second")
-        assert (m := topics.get(timeout=10)) is not None and (m.topic, m.text) == ("lapse/new", "second")
+        m = topics.get(timeout=10)
+        ts = sub.io.topics.get("lapse/new")  # (read beside the io loop: a glance, said when it fails)
+        held = [{k: getattr(st, k) for k in ("catching_up", "fetching", "probing", "confirmed", "start_on_probe")}
+                | {"held": len(st.held), "highest": st.window.highest} for st in ts.streams.values()] if ts else None
+        assert m is not None and (m.topic, m.text) == ("lapse/new", "second"), (m, held, topics.pattern.returned)
 
 
 def test_a_new_topic_whose_registration_fails_dead_letters_what_it_held_and_says_what_went_early(ring):
