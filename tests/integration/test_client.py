@@ -96,8 +96,7 @@ def test_one_client_follows_2000_topics_of_20_publishing_clients_with_at_most_16
                     everything.set()
 
         with Client(ring.nodes[3].endpoint) as client:
-            for n in range(topics):
-                client.subscribe(f"many-{n}", callback=on_message)
+            client.subscribe_many([f"many-{n}" for n in range(topics)], callback=on_message)
             sockets = len(client.context._sockets)
             files["go"].write_text("1")
             everything.wait(120)
