@@ -62,8 +62,8 @@ class DurableStore(Store):
         return applied
 
     def expire(self, now: float, lease: float, owns: Callable[[int], bool],
-               owed: Container[str] = ()) -> list[str]:
-        gone = super().expire(now, lease, owns, owed)
+               owed: Container[str] = (), arc: tuple[int, int] | None = None) -> list[str]:
+        gone = super().expire(now, lease, owns, owed, arc)
         if gone:
             self.db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in gone])
         return gone

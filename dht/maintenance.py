@@ -118,9 +118,14 @@ class Maintainer(FingerMaintenance, Replication):
         """Drop the replicas whose owner stopped refreshing them. What a hand-over or hand-back still owes
         its owner is no replica: it stays until given, or a merge that moves many arcs at once loses the
         keys of the arcs whose hand-over had not run yet."""
-        owns = (lambda _k: True) if self._hand_back_pending else self.routing.owns
-        node = self.node
-        return node.store.expire(node.rounds, self.config.replica_lease_periods, owns, owed=node.handed_foreign)
+        routing, node = self.routing, self.node
+        pred = routing.predecessor
+        me = routing.me.id
+        # the arc `owns` means: (me, me], every key, alone, with no predecessor known, or handing back
+        arc = (me, me) if self._hand_back_pending or pred is None or routing.alone else (pred.id, me)
+        owns = (lambda _k: True) if self._hand_back_pending else routing.owns
+        return node.store.expire(node.rounds, self.config.replica_lease_periods, owns, owed=node.handed_foreign,
+                                 arc=arc)
 
     # -- the protocol -----------------------------------------------------------------------------
     def join(self, via: list[str] | None = None) -> None:

@@ -262,7 +262,7 @@ class ChordNode:
             if old is None:
                 self.store.refresh(lambda k: not in_half_open(k, peer.id, self.me.id), self.rounds)
             else:
-                self.store.refresh(lambda k: in_half_open(k, old.id, peer.id), self.rounds)
+                self.store.refresh_arc(old.id, peer.id, self.rounds)
             self.jobs.put(("handover", (old, peer)))
         return {}
 
@@ -360,7 +360,7 @@ class ChordNode:
 
     def _on_refresh(self, req: dict) -> dict:
         lo, hi = req["from"], req["to"]
-        return {"refreshed": self.store.refresh(lambda k: in_half_open(k, lo, hi), self.rounds)}
+        return {"refreshed": self.store.refresh_arc(lo, hi, self.rounds)}
 
     def _on_put(self, req: dict) -> dict:
         return self._write(req["key"], req["value"])
