@@ -1,7 +1,7 @@
 """What an idle ring costs: CPU and bytes sent per node per second, and the maintenance messages behind them.
 
     python benchmarks/idle.py [--nodes 16] [--seconds 60] [--settle 60] [--stabilize 0.5,0.2] [--quiet-stretch S]
-                              [--baseline REV [--baseline-python PY] [--baseline-quiet-stretch S]] [--json]
+                              [--keys N] [--baseline REV [--baseline-python PY] [--baseline-quiet-stretch S]] [--json]
 
 For each stabilize period, a ring of --nodes node processes on loopback (`chordpub node start`, default
 options otherwise) is started and left alone until it is consistent with every finger exact, then for
@@ -12,12 +12,15 @@ counters, `node info`, read before the settling and after the window: a client's
 woke every node of older revisions), and the bytes they sent (replies, requests, record events and
 consensus messages, from the same counters, over the settling and the window). With --baseline REV, a
 second ring runs the code of that git revision (its tree, extracted to a temporary directory) beside the
-first, over the same window: the ratios between them are measured in one run on one machine.
+first, over the same window: the ratios between them are measured in one run on one machine. With
+--keys N, each ring is given N keys (each put at its owner, which replicates it) once it is consistent: an
+idle ring that holds data, whose replicas are refreshed and expired as they age.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import subprocess
@@ -31,6 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from chordpub.launcher import LocalRing  # noqa: E402
 from dht.client import DhtClient  # noqa: E402
+from dht.ids import key_id  # noqa: E402
+from dht.transport import RpcClient  # noqa: E402
+
+PUT_WINDOW = 256  # puts in flight at once while a ring is given its --keys
 
 
 def cpu_ticks(pid: int) -> int:
@@ -68,9 +75,41 @@ def start(workdir: Path, nodes: int, stabilize: float, code: Path | None = None,
     return ring
 
 
-def measure(rings: dict[str, LocalRing], settle: float, seconds: float) -> dict[str, dict]:
+def fill(ring: LocalRing, keys: int) -> None:
+    """Put `keys` keys of 20 bytes, each straight to its owner (the ring's ids, sorted), PUT_WINDOW at once."""
+    with DhtClient(ring.nodes[0].endpoint, timeout=5.0) as client:
+        owners = sorted((int(client.info(n.endpoint)["id"]), n.endpoint) for n in ring.nodes)
+    ids = [i for i, _ in owners]
+    refused: list[str] = []
+    answered = [0]
+
+    def took(reply) -> None:  # noqa: ANN001 - a Reply
+        answered[0] += 1
+        if not reply.ok:
+            refused.append(reply.err)
+
+    with RpcClient(timeout=10.0) as rpc:
+        for sent in range(keys):
+            while sent - answered[0] >= PUT_WINDOW:
+                if rpc.socket.poll(100):
+                    rpc.on_readable()
+                rpc.expire()
+            name = f"idle-{sent}"
+            owner = owners[bisect.bisect_left(ids, key_id(name)) % len(owners)][1]
+            rpc.send(owner, "put", on_reply=took, key=name, value=b"v" * 20)
+        while answered[0] < keys:
+            if rpc.socket.poll(100):
+                rpc.on_readable()
+            rpc.expire()
+    if refused:
+        raise SystemExit(f"{len(refused)} of {keys} puts refused, e.g. {refused[0]}")
+
+
+def measure(rings: dict[str, LocalRing], settle: float, seconds: float, keys: int = 0) -> dict[str, dict]:
     for ring in rings.values():
         ring.wait_consistent(timeout=120, fingers=True)
+        if keys:
+            fill(ring, keys)
     # the counters are read before the settling: a client's call woke a node's rounds in older revisions
     sent_before = {name: counters(r) for name, r in rings.items()}
     time.sleep(settle)  # past the joins: a duration, not a synchronization
@@ -110,6 +149,7 @@ def main() -> None:
                     "the baseline's nodes run their own defaults).")
     ap.add_argument("--baseline-quiet-stretch", type=int, help="The baseline's nodes' --quiet-stretch (default: "
                     "theirs).")
+    ap.add_argument("--keys", type=int, default=0, help="Keys each ring holds while it idles (default none).")
     ap.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = ap.parse_args()
     rows = []
@@ -124,7 +164,7 @@ def main() -> None:
                     rings["baseline"] = start(Path(tmp) / f"base-{period}", args.nodes, period, base_tree,
                                               args.baseline_python, **({"quiet_stretch": args.baseline_quiet_stretch}
                                                                        if args.baseline_quiet_stretch else {}))
-                result = measure(rings, args.settle, args.seconds)
+                result = measure(rings, args.settle, args.seconds, args.keys)
             finally:
                 for ring in rings.values():
                     ring.stop()
