@@ -80,29 +80,27 @@ def fill(ring: LocalRing, keys: int) -> None:
     with DhtClient(ring.nodes[0].endpoint, timeout=5.0) as client:
         owners = sorted((int(client.info(n.endpoint)["id"]), n.endpoint) for n in ring.nodes)
     ids = [i for i, _ in owners]
-    refused: list[str] = []
-    answered = [0]
+    answered, refused, first_refusal = [0], [0], [""]
 
     def took(reply) -> None:  # noqa: ANN001 - a Reply
         answered[0] += 1
         if not reply.ok:
-            refused.append(reply.err)
+            refused[0] += 1
+            first_refusal[0] = first_refusal[0] or str(reply.err)
 
     with RpcClient(timeout=10.0) as rpc:
-        for sent in range(keys):
-            while sent - answered[0] >= PUT_WINDOW:
-                if rpc.socket.poll(100):
-                    rpc.on_readable()
-                rpc.expire()
-            name = f"idle-{sent}"
-            owner = owners[bisect.bisect_left(ids, key_id(name)) % len(owners)][1]
-            rpc.send(owner, "put", on_reply=took, key=name, value=b"v" * 20)
+        sent = 0
         while answered[0] < keys:
+            while sent < keys and sent - answered[0] < PUT_WINDOW:
+                name = f"idle-{sent}"
+                owner = owners[bisect.bisect_left(ids, key_id(name)) % len(owners)][1]
+                rpc.send(owner, "put", on_reply=took, key=name, value=b"v" * 20)
+                sent += 1
             if rpc.socket.poll(100):
                 rpc.on_readable()
             rpc.expire()
-    if refused:
-        raise SystemExit(f"{len(refused)} of {keys} puts refused, e.g. {refused[0]}")
+    if refused[0]:
+        raise SystemExit(f"{refused[0]} of {keys} puts refused, e.g. {first_refusal[0]}")
 
 
 def measure(rings: dict[str, LocalRing], settle: float, seconds: float, keys: int = 0) -> dict[str, dict]:
