@@ -9,6 +9,11 @@ newer write, and deletes are tombstones kept for one lease. No sockets; time is 
 node passes its maintenance rounds, so a lease is a number of rounds (a machine too loaded to keep
 the period slows the owner's refreshes and the holder's clock alike, and no replica lapses for it).
 
+A replica's lease is renewed by arc (`refresh_arc`, one message from the owner for all it holds there,
+every few rounds): the arc and its round are noted, and entries take them when expiry next looks at
+them (`_apply_stamps`), not at every refresh; what a refresh reports is counted once per arc while no
+entry comes or goes.
+
 Replication is incremental: every applied write marks its key dirty, and the owner pushes only the
 dirty entries it owns (`take_dirty`), plus everything when its replica set changes. A field of a
 leased record (dht/records.py) is an entry of its own under ``key + SEP + name``, placed by the
@@ -21,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
-from dht.ids import key_id
+from dht.ids import in_half_open, key_id
 
 # (key, value or None for a tombstone, version, is a field of a leased record (dht/records.py))
 EntryTuple = tuple[str, bytes | None, int, bool]
 RecordObserver = Callable[[str, "bytes | None", int], None]  # (composite key, value or None, version)
 
+MAX_ARC_STAMPS = 16  # arcs refreshed since expiry last looked (or counted) kept apart; past it, applied
 SEP = "\x00"  # between a record's key and a field's name; refused in plain keys by dht/wire.py
 
 
@@ -67,6 +73,9 @@ class Store:
         # tens of thousands of record fields spent a quarter of its CPU there)
         self._floor: float | None = None
         self._arc: tuple[int, int] | None = None  # the owned arc `_floor` was taken under
+        self._stamps: dict[tuple[int, int], float] = {}  # arc (lo, hi) -> the round it was last refreshed
+        self._counts: dict[tuple[int, int], tuple[int, int]] = {}  # arc -> (`_shape` then, entries in it)
+        self._shape = 0  # changes whenever an entry comes or goes (an arc's count is then taken again)
 
     def _refreshed_at(self, now: float) -> None:
         if self._floor is not None and now < self._floor:
@@ -81,6 +90,8 @@ class Store:
         if current is not None and current.version == version:
             current.refreshed = now
             return False
+        if current is None:
+            self._shape += 1
         self._entries[key] = Entry(entry_key_id(key, self.bits, record), value, version, now, record)
         self.dirty.add(key)
         self.writes += 1
@@ -110,18 +121,44 @@ class Store:
 
     def refresh_arc(self, lo: int, hi: int, now: float) -> int:
         """`refresh` of the entries whose key id is in the arc (lo, hi] (dht/ids.py `in_half_open`;
-        (lo, lo] is the whole circle), the test written out: it runs for every entry held."""
+        (lo, lo] is the whole circle); returns how many entries the arc holds. The arc is noted, not
+        applied to each entry: an owner refreshes its replicas every few rounds, expiry looks at them
+        once a lease."""
         self._refreshed_at(now)
+        arc = (lo, hi)
+        if arc not in self._stamps and len(self._stamps) >= MAX_ARC_STAMPS:
+            self._apply_stamps()
+        self._stamps[arc] = max(now, self._stamps.get(arc, now))
+        counted = self._counts.get(arc)
+        if counted is None or counted[0] != self._shape:
+            if len(self._counts) >= MAX_ARC_STAMPS:
+                self._counts.clear()
+            counted = self._counts[arc] = (self._shape, len(self._in_arc(lo, hi)))
+        return counted[1]
+
+    def _in_arc(self, lo: int, hi: int) -> list[Entry]:
+        """The entries whose key id is in (lo, hi], the test written out: it runs for every entry held."""
         entries = self._entries.values()
         if lo < hi:
-            held = [e for e in entries if lo < e.key_id <= hi]
-        elif lo > hi:
-            held = [e for e in entries if e.key_id > lo or e.key_id <= hi]
-        else:
-            held = list(entries)
-        for e in held:
-            e.refreshed = now
-        return len(held)
+            return [e for e in entries if lo < e.key_id <= hi]
+        if lo > hi:
+            return [e for e in entries if e.key_id > lo or e.key_id <= hi]
+        return list(entries)
+
+    def _apply_stamps(self) -> None:
+        """Give each entry the newest refresh of an arc it is in, as if each had been applied at once."""
+        for (lo, hi), now in self._stamps.items():
+            for e in self._in_arc(lo, hi):
+                if e.refreshed < now:
+                    e.refreshed = now
+        self._stamps.clear()
+
+    def refreshed(self, key: str) -> float | None:
+        """When `key` was last written or refreshed (None: not held), its arcs' refreshes counted."""
+        e = self._entries.get(key)
+        if e is None:
+            return None
+        return max([e.refreshed, *(now for (lo, hi), now in self._stamps.items() if in_half_open(e.key_id, lo, hi))])
 
     def merge(self, entries: Iterable[EntryTuple], now: float) -> int:
         """Merge entries pushed by an owner (replicate) or a leaving node (handover)."""
@@ -151,6 +188,7 @@ class Store:
         when one of those we may drop can be past its lease, or the arc moved, rather than every round."""
         cutoff = now - lease
         if arc is None:
+            self._apply_stamps()
             gone = [k for k, e in self._entries.items()
                     if e.refreshed < cutoff and (e.value is None or not (owns(e.key_id) or k in owed))]
             self._arc = self._floor = None
@@ -159,6 +197,8 @@ class Store:
         else:
             gone, self._floor = self._outside(arc, cutoff, owed, now)
             self._arc = arc
+        if gone:
+            self._shape += 1
         for k in gone:
             e = self._entries.pop(k)
             if e.record and e.value is not None and self.observer is not None:
@@ -169,6 +209,7 @@ class Store:
                  now: float) -> tuple[list[str], float]:
         """`expire`'s look at every entry, the arc's test written out: (what goes, the oldest refresh
         among the entries that stay and are not ours)."""
+        self._apply_stamps()
         lo, hi = arc
         wraps, whole = lo > hi, lo == hi
         gone = []
@@ -196,6 +237,8 @@ class Store:
             if e.record and e.value is not None and self.observer is not None:
                 self.observer(k, None, 0)
         self._entries.clear()
+        self._shape += 1
+        self._stamps.clear()
         self.dirty.clear()
 
     def close(self) -> None:

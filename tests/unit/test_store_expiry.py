@@ -2,12 +2,17 @@
 lease and the arc has not moved (dht/store.py `_floor`, `_arc`), and drops exactly what a look at every
 entry every round would: replicas and tombstones not refreshed within the lease, never a live entry it
 owns or one it still owes to its owner. A property test runs random writes, refreshes, moves of the
-arc and rounds against that rule, written out below.
+arc and rounds against that rule, written out below. An arc's refresh is noted and applied when expiry
+looks (`_apply_stamps`), and the count it reports is kept while no entry comes or goes: the same test
+holds both to the rule.
 
 To see it fail: make `expire` skip while `self._floor` is below the cutoff as well (`>=` becomes
 `<=`): replicas past their lease stay; or skip after the arc moved (`arc == self._arc and ` dropped):
 entries that are no longer ours stay past their lease; or leave an owed entry out of the floor
-(`or (e.value is not None and k in owed)` dropped): it goes while still owed.
+(`or (e.value is not None and k in owed)` dropped): it goes while still owed; or look without applying
+the arcs' refreshes first (`self._apply_stamps()` gone from `_outside`): replicas refreshed by arc go
+at the end of their first lease; or keep an arc's count when an entry is added (`self._shape += 1` gone
+from `write`): a refresh reports what the arc held before.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dht import store as store_module
 from dht.ids import in_half_open, key_id
 from dht.store import Store
 
@@ -37,10 +43,11 @@ class PlainStore:
             return
         self.entries[key] = [key_id(key, BITS), value, version, now]
 
-    def refresh_arc(self, lo: int, hi: int, now: float) -> None:
-        for e in self.entries.values():
-            if in_half_open(e[0], lo, hi):
-                e[3] = now
+    def refresh_arc(self, lo: int, hi: int, now: float) -> int:
+        held = [e for e in self.entries.values() if in_half_open(e[0], lo, hi)]
+        for e in held:
+            e[3] = now
+        return len(held)
 
     def expire(self, now: float, lo: int, hi: int, owed: set[str]) -> list[str]:
         gone = [k for k, e in self.entries.items()
@@ -62,8 +69,17 @@ steps = st.lists(st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(ids, ids, steps)
-def test_expiry_drops_exactly_what_a_look_at_every_entry_would(lo, hi, ops):
+@given(ids, ids, steps, st.integers(1, 3))
+def test_expiry_drops_exactly_what_a_look_at_every_entry_would(lo, hi, ops, bound):
+    kept = store_module.MAX_ARC_STAMPS
+    store_module.MAX_ARC_STAMPS = bound  # the bound on noted arcs reached within a few refreshes
+    try:
+        check_against_the_rule(lo, hi, ops)
+    finally:
+        store_module.MAX_ARC_STAMPS = kept
+
+
+def check_against_the_rule(lo: int, hi: int, ops: list[tuple]) -> None:
     store, plain, now = Store(bits=BITS), PlainStore(), 0.0
     for op in ops:
         if op[0] == "write":
@@ -72,8 +88,7 @@ def test_expiry_drops_exactly_what_a_look_at_every_entry_would(lo, hi, ops):
             store.write(key, value, version, now)
             plain.write(key, value, version, now)
         elif op[0] == "refresh":
-            store.refresh_arc(op[1], op[2], now)
-            plain.refresh_arc(op[1], op[2], now)
+            assert store.refresh_arc(op[1], op[2], now) == plain.refresh_arc(op[1], op[2], now)
         elif op[0] == "arc":
             lo, hi = op[1], op[2]
         elif op[0] == "round":
@@ -85,7 +100,7 @@ def test_expiry_drops_exactly_what_a_look_at_every_entry_would(lo, hi, ops):
                 sorted(plain.expire(now, lo, hi, op[1]))
         else:
             now += op[1]
-        held = {k: (e.value, e.version, e.refreshed) for k, e in store._entries.items()}
+        held = {k: (e.value, e.version, store.refreshed(k)) for k, e in store._entries.items()}
         assert held == {k: (e[1], e[2], e[3]) for k, e in plain.entries.items()}
 
 
@@ -119,3 +134,28 @@ def test_an_entry_owed_to_its_owner_goes_the_round_it_is_handed_over():
     arc = ((k + 1) % 256, (k + 2) % 256)
     assert store.expire(10.0, LEASE, nobody, owed={"h"}, arc=arc) == []  # past its lease, still to be given
     assert store.expire(10.0, LEASE, nobody, owed=set(), arc=arc) == ["h"]
+
+
+def test_a_replica_refreshed_by_its_arc_stays_a_lease_from_the_refresh():
+    store = Store(bits=BITS)
+    store.write("r", b"x", 1, now=0.0)
+    k = store._entries["r"].key_id
+    arc = ((k + 1) % 256, (k + 2) % 256)  # not ours
+    assert store.refresh_arc((k - 1) % 256, k, 3.0) == 1
+    assert store.expire(6.0, LEASE, nobody, arc=arc) == []  # past the write's lease, within the refresh's
+    assert store.expire(8.0, LEASE, nobody, arc=arc) == ["r"]
+
+
+def test_a_refresh_reports_what_its_arc_holds_as_entries_come_and_go():
+    store = Store(bits=BITS)
+    keys = [f"k{i}" for i in range(40)]
+    for key in keys:
+        store.write(key, b"x", 1, now=0.0)
+    whole = (7, 7)
+    assert store.refresh_arc(*whole, 1.0) == 40
+    store.write("late", b"x", 1, now=1.0)
+    assert store.refresh_arc(*whole, 2.0) == 41
+    store.write("late", None, 2, now=2.0)  # a tombstone is still an entry
+    assert store.refresh_arc(*whole, 3.0) == 41
+    assert store.expire(9.0, LEASE, nobody, arc=(8, 9)) != []  # no refresh since 3: all go
+    assert store.refresh_arc(*whole, 9.0) == 0
