@@ -14,6 +14,9 @@ COMPILE = $(PY) -m compileall -q $(PACKAGES) >/dev/null
 # the simulator's compiled loops, cached once before the tests and notebooks that start together would
 # each compile them (sim/warm.py)
 WARM_SIM = $(PY) -m sim.warm
+# the Spark driver's class-data archive, built once before the tests and notebooks whose sessions would
+# start together and map none (traces/class_archive.py)
+WARM_SPARK = $(PY) -m traces.class_archive
 
 .PHONY: demo test lint mutants notebooks system-deps bench-deps bench-groups bench-peers bench-consensus clean
 
@@ -52,6 +55,7 @@ test: $(STAMP_TEST) system-deps
 	$(VENV)/bin/ruff check .
 	@$(COMPILE)
 	@$(WARM_SIM)
+	@$(WARM_SPARK)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # JupyterLab on the analysis notebooks (plots inline); open the URL it prints. As root (a container,

@@ -97,6 +97,9 @@ def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishin
          lookups: int = typer.Option(1000, min=1, help="Lookups of random topic names."),
          curve: Path = typer.Option(None, help=CURVE_HELP + " Every process of the demo runs --curve."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+         analysis: bool = typer.Option(True, "--analysis/--no-analysis",
+                                       help="End with Spark's summary of the run's traces (Java needed); "
+                                       "--no-analysis: the demo's own figures only, no Java."),
          log_level: str = log_level_option(),
          log_file: Path = log_file_option()) -> None:
     """The main job: a local ring, lookups from random nodes, then 3 publishers and 3 subscribers on
@@ -106,7 +109,8 @@ def demo(seconds: float = typer.Option(10.0, min=0.0, help="Seconds of publishin
 
     setup_logging(log_level, log_file)
 
-    run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json, curve=curve)
+    run_demo(nodes=nodes, lookups=lookups, seconds=seconds, out=out, as_json=as_json, curve=curve,
+             analysis=analysis)
 
 
 def keyid(key: str, bits: int = 64) -> None:

@@ -95,11 +95,14 @@ def spark_summary(run_dir: Path) -> dict:
 
 
 def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Path = Path("runs"),
-             as_json: bool = False, seed: int | None = None, curve: Path | None = None) -> dict:
-    """The main job (`make demo`); with `curve` (a keys directory) every process and socket runs CurveZMQ."""
-    from traces.spark import check_java
+             as_json: bool = False, seed: int | None = None, curve: Path | None = None,
+             analysis: bool = True) -> dict:
+    """The main job (`make demo`); with `curve` (a keys directory) every process and socket runs CurveZMQ;
+    `analysis` False leaves out the Spark summary at the end (and the need for Java)."""
+    if analysis:
+        from traces.spark import check_java
 
-    check_java()  # the summary at the end is Spark's: say so now, not after the run
+        check_java()  # the summary at the end is Spark's: say so now, not after the run
     rng = random.Random(seed)
     run = time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = make_run_dir(out, run, {"nodes": nodes, "lookups": lookups, "seconds": seconds,
@@ -128,8 +131,9 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
                   if seconds > 0 else {})
     summary["pubsub"] = pubsub
     summary["run_dir"] = str(run_dir)
-    say("\nthe Spark summary of this run's traces (chordpub analyze) ...")
-    summary["analysis"] = spark_summary(run_dir)
+    if analysis:
+        say("\nthe Spark summary of this run's traces (chordpub analyze) ...")
+        summary["analysis"] = spark_summary(run_dir)
     if as_json:
         print(json.dumps(summary))
     else:
@@ -139,6 +143,7 @@ def run_demo(nodes: int = 8, lookups: int = 1000, seconds: float = 10.0, out: Pa
             print("  (expected: each publisher's messages from the first sent after the subscriber joined to its\n"
                   "   last; what was sent before the subscriber had connected counts as lost, unless recovered\n"
                   "   from history: `chordpub sub --history K` or `--reliable`. docs/contracts.md, Accounting)")
-        print(render(summary["analysis"]))
+        if analysis:
+            print(render(summary["analysis"]))
         print(f"\ntraces: {run_dir}   (again: chordpub analyze {run_dir}); logs: {logs}")
     return summary

@@ -11,7 +11,9 @@ in the user's cache (CHORDPUB_CACHE, else $XDG_CACHE_HOME/chordpub, else ~/.cach
 KEEP_ARCHIVES of them stay. The first session that finds none goes on without it and starts, in the
 background, one short job of its own (`python -m traces.class_archive PATH`) in a JVM that writes the
 archive when it exits (-XX:ArchiveClassesAtExit); the archive is moved into place only once that JVM
-has exited cleanly, with its size written beside it. A session uses an archive only when its size is the
+has exited cleanly, with its size written beside it. `python -m traces.class_archive` with no argument
+builds the archive a quick local session would map, and waits for it: `make test` does so before the
+tests, whose sessions would otherwise start together and map none. A session uses an archive only when its size is the
 one written (a cut-short file would crash the JVM), and with -XX:+VerifySharedSpaces, so a damaged one is
 checked and skipped by the JVM itself: an archive can only ever cost the saving, never a run.
 """
@@ -148,5 +150,33 @@ def prune(folder: Path, keep: Path) -> None:
             old.with_suffix(suffix).unlink(missing_ok=True)
 
 
+def warm() -> str:
+    """Build, and wait for, the archive a quick local session maps (a build under way elsewhere is
+    waited for); says what happened, in one line."""
+    from traces.spark_driver import QUICK_JVM, java_binary, spark_jars
+
+    java, jars = java_binary(), spark_jars()
+    if java is None or jars is None:
+        return "no Java or no Spark jars: no class archive for the Spark driver"
+    path = archive_path(java, jars, QUICK_JVM)
+    if usable(path):
+        return f"the Spark driver's class archive is there: {path}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"no cache for the Spark driver's class archive ({exc})"
+    t0 = time.monotonic()
+    deadline = t0 + BUILD_STALE_S
+    while not build(path) and time.monotonic() < deadline:
+        if not _building(path).exists():
+            return f"the Spark driver's class archive could not be built (see {path.with_suffix('.log')})"
+        time.sleep(1.0)  # another process builds it: its marker goes when it is done
+    if not usable(path):
+        return f"the Spark driver's class archive could not be built in time (see {path.with_suffix('.log')})"
+    return f"the Spark driver's class archive built in {time.monotonic() - t0:.0f} s: {path}"
+
+
 if __name__ == "__main__":
-    sys.exit(0 if build(Path(sys.argv[1])) else 1)
+    if len(sys.argv) > 1:
+        sys.exit(0 if build(Path(sys.argv[1])) else 1)
+    print(warm())

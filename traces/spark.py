@@ -23,6 +23,7 @@ from traces.schema import MODES, SOURCES, TABLES, spark_schema
 from traces.spark_driver import (
     QUICK_JVM,
     QUICK_JVM_BYTES,
+    QUICK_SQL,
     check_java,
     java_binary,
     local_builder,
@@ -47,8 +48,8 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
     session) runs with the quick compiler only and a serial collector: on such a job the optimizing
     compiler's and the parallel collector's threads cost more than they save (measured: 43-46 CPU
     seconds for a small `analyze` against 26-27, 20% less wall time; on 357 MiB of Parquet the
-    default JVM is 35% faster, so larger inputs keep it). It also maps Spark's classes from the
-    cache's class-data archive once there is one (traces/class_archive.py)."""
+    default JVM is 35% faster, so larger inputs keep it), and its queries with QUICK_SQL. It also maps
+    Spark's classes from the cache's class-data archive once there is one (traces/class_archive.py)."""
     check_java()
     from pyspark import SparkConf
 
@@ -56,7 +57,8 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
     if not master and not SparkConf().contains("spark.master"):  # spark-submit passes its --master this way
         master = "local[*]"
     options = ""
-    if master and master.startswith("local") and (input_bytes or 0) <= QUICK_JVM_BYTES:
+    quick = bool(master and master.startswith("local") and (input_bytes or 0) <= QUICK_JVM_BYTES)
+    if quick:
         options = QUICK_JVM
         java = java_binary()
         jars = spark_jars()
@@ -64,7 +66,10 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
             from traces.class_archive import archive_path, jvm_options
 
             options = f"{options} {jvm_options(archive_path(java, jars, QUICK_JVM))}".strip()
-    spark = local_builder(app_name, master, options, ui).getOrCreate()
+    builder = local_builder(app_name, master, options, ui)
+    for name, value in (QUICK_SQL if quick else {}).items():
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -140,10 +140,11 @@ def test_the_wire_carries_no_topic_and_no_payload_under_curve(ring_factory, keys
 
 def test_the_demo_runs_every_process_under_curve(keys, tmp_path):
     proc = run_cli("demo", "--curve", str(keys), "--seconds", "2", "--nodes", "3", "--lookups", "50",
-                   "--out", str(tmp_path), "--json", timeout=240)
+                   "--out", str(tmp_path), "--json", "--no-analysis", timeout=240)  # (Spark's part: test_cli's)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert summary["lookups"] == 50 and summary["failed"] == 0
+    assert "analysis" not in summary  # --no-analysis: no Spark session
     for mode in ("direct", "relay"):
         assert all(t["delivered"] > 0.5 * t["expected"] and t["duplicates"] == 0
                    for t in summary["pubsub"][mode].values())
