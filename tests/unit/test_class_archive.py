@@ -87,3 +87,29 @@ def test_only_the_newest_archives_stay(cache):
     kept = sorted(p.name for p in cache.glob("*.jsa"))
     assert kept == ["a0.jsa", "a3.jsa", "a4.jsa"]  # the one just made and the newest others
     assert not (cache / "a1.size").exists()
+
+
+def test_warming_waits_for_a_build_under_way_elsewhere_and_says_what_it_found(cache, monkeypatch):
+    """`python -m traces.class_archive` (make test, before pytest): no Java, no archive; one there is
+    said to be there; one another process builds is waited for, not built twice."""
+    from traces.spark_driver import QUICK_JVM, java_binary, spark_jars
+
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    assert class_archive.warm().startswith("no Java")
+    monkeypatch.delenv("JAVA_HOME")
+    path = archive_path(java_binary(), spark_jars(), QUICK_JVM)
+    cache.mkdir(parents=True)
+    marker = path.with_suffix(".building")
+    marker.write_text("1")  # another build under way: it ends with the archive in place
+    sleeps = []
+
+    def other_build_ends(seconds: float) -> None:
+        sleeps.append(seconds)
+        path.write_bytes(b"\0" * 10)
+        path.with_suffix(".size").write_text("10")
+        marker.unlink()
+
+    monkeypatch.setattr(class_archive.time, "sleep", other_build_ends)
+    assert class_archive.warm().startswith("the Spark driver's class archive built in")
+    assert len(sleeps) == 1
+    assert class_archive.warm().startswith("the Spark driver's class archive is there")
