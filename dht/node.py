@@ -119,6 +119,7 @@ class ChordNode:
             "leave": self._on_leave,
             "records": self._on_records,
             "refresh": self._on_refresh,
+            "digest": lambda r: {"same": self.store.arc_digest(r["from"], r["to"]) == r["digest"]},
             "unify": self._on_unify,
         }
 

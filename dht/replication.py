@@ -5,7 +5,9 @@ Replication is incremental, so that a write costs the owner the entries it chang
 holds: a write pushes just the entries written since the last push; every `refresh_every` rounds a
 one-line `refresh` of the owner's arc keeps the replicas' leases alive (carried by the stabilize call
 when the successor is a replica); everything is pushed when the replica set changes, and every
-FULL_EVERY rounds to repair anything a lost push missed. The replicas are the first successors of other
+FULL_EVERY rounds to repair anything a lost push missed, to each replica whose digest of the arc
+(`digest`, dht/store.py `entries_digest`) is not the owner's: an idle ring in sync sends 16 bytes an
+arc, not its entries. The replicas are the first successors of other
 processes, one each (`replica_targets`): copies on the positions of the owner's own process would die
 with it.
 
@@ -20,7 +22,7 @@ from dht import wire
 from dht.client import iterative_lookup, unreachable
 from dht.ids import in_half_open, in_open, process_of
 from dht.routing import Peer
-from dht.store import EntryTuple, entry_key_id
+from dht.store import EntryTuple, entries_digest, entry_key_id
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +68,20 @@ class Replication:
                 node.store.dirty.clear()
                 node.store.replicated = through
                 return
-            full = full or targets != self._replicated_to
-            if full:
+            moved = targets != self._replicated_to
+            digest = None
+            if full or moved:
                 node.store.dirty.clear()
                 entries = node.store.select(self.routing.owns)
             else:
                 entries = node.store.take_dirty(self.routing.owns)
             pred = self.routing.predecessor
+            if full and not moved and pred is not None and entries:
+                digest = entries_digest((k, ver, v is None) for k, v, ver, _ in entries)
+            full = full or moved
         pushed = True
         for endpoint in targets:
-            if entries:
+            if entries and not (digest is not None and self._holds(endpoint, pred, digest)):
                 pushed = self.push(endpoint, "replicate", entries) and pushed
             if refresh and not full and pred is not None and endpoint != self._refreshed:
                 self.rpc.call(endpoint, "refresh", **{"from": wire.encode_id(pred.id),
@@ -86,6 +92,12 @@ class Replication:
             self._replicated_to = targets
         else:
             self._replicated_to = []  # the next round pushes everything again
+
+    def _holds(self, endpoint: str, pred: Peer, digest: bytes) -> bool:
+        """The replica at `endpoint` holds our arc (pred, me] as we do (any failure: it is pushed)."""
+        reply = self.rpc.call(endpoint, "digest", digest=digest, **{"from": wire.encode_id(pred.id),
+                                                                   "to": wire.encode_id(self.me.id)})
+        return reply.ok and reply.body.get("same") is True
 
     def handover(self, old: Peer | None, new: Peer) -> None:
         """A new predecessor joined: give it the entries it now owns (key transfer on join).

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
+import mmh3
+
 from dht.ids import in_half_open, key_id
 
 # (key, value or None for a tombstone, version, is a field of a leased record (dht/records.py))
@@ -43,6 +45,16 @@ def field_key(key: str, name: str) -> str:
 def split_field_key(composite: str) -> tuple[str, str]:
     key, _, name = composite.partition(SEP)
     return key, name
+
+
+def entries_digest(entries: Iterable[tuple[str, int, bool]]) -> bytes:
+    """An order-free digest of (key, version, tombstone) triples: the sum of their 128-bit hashes. Two
+    holders of an arc with the same digest hold the same versions of the same keys (merges keep the newest
+    version, so equal versions are equal writes)."""
+    total = 0
+    for key, version, gone in entries:
+        total += mmh3.hash128(f"{key}\x00{version}\x00{int(gone)}", signed=False)
+    return (total % (1 << 128)).to_bytes(16, "big")
 
 
 def entry_key_id(key: str, bits: int, record: bool) -> int:
@@ -159,6 +171,11 @@ class Store:
         if e is None:
             return None
         return max([e.refreshed, *(now for (lo, hi), now in self._stamps.items() if in_half_open(e.key_id, lo, hi))])
+
+    def arc_digest(self, lo: int, hi: int) -> bytes:
+        """`entries_digest` of every entry held whose key id is in (lo, hi]."""
+        return entries_digest((k, e.version, e.value is None) for k, e in self._entries.items()
+                              if in_half_open(e.key_id, lo, hi))
 
     def merge(self, entries: Iterable[EntryTuple], now: float) -> int:
         """Merge entries pushed by an owner (replicate) or a leaving node (handover)."""

@@ -284,6 +284,8 @@ SCHEMAS: dict[str, dict[str, tuple[Callable[[Any, str], Any], bool]]] = {
     "records": {"items": (_record_items, True), "about": (_bool, False), "replicated": (_bool, False)},
     # the owner of the arc (from, to] still holds its entries: replica leases there start again
     "refresh": {"from": (_id, True), "to": (_id, True)},
+    # anti-entropy: does the receiver hold the arc (from, to] as the owner does (dht/store.py entries_digest)?
+    "digest": {"from": (_id, True), "to": (_id, True), "digest": (_bytes, True)},
     # ring unification (dht/prober.py): `peer` is in another ring than ours, or was; `hops` left to pass on
     "unify": {"peer": (_peer, True), "hops": (_hops, True)},
 }
