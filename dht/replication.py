@@ -56,8 +56,8 @@ class Replication:
 
     def replicate(self, full: bool, refresh: bool = False) -> None:
         """Push owned entries to the first replicas-1 successors: those written since the last push,
-        or all of them when `full` or when the replica set changed; `refresh` renews the replicas'
-        leases on the rest with one message."""
+        or all of them when the replica set changed, and when `full` to each replica whose digest of the
+        arc differs; `refresh` renews the leases of a replica not sent the whole arc with one message."""
         node = self.node
         with node.lock:
             through = node.store.writes  # what the successors hold once the pushes below succeed
@@ -81,9 +81,11 @@ class Replication:
             full = full or moved
         pushed = True
         for endpoint in targets:
+            whole = False  # the arc's every entry sent to this replica (which renews its leases too)
             if entries and not (digest is not None and self._holds(endpoint, pred, digest)):
                 pushed = self.push(endpoint, "replicate", entries) and pushed
-            if refresh and not full and pred is not None and endpoint != self._refreshed:
+                whole = full
+            if refresh and not whole and pred is not None and endpoint != self._refreshed:
                 self.rpc.call(endpoint, "refresh", **{"from": wire.encode_id(pred.id),
                                                      "to": wire.encode_id(self.me.id)})
         if pushed:
