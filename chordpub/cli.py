@@ -56,6 +56,7 @@ AREAS: dict[str, Callable[[typer.Typer, str], None]] = {
     "topo": _area("cli_topo", "topo_app"),
     "mininet": _area("cli_mininet", "mininet_app"),
     "analyze": _area("cli_analyze", "analyze", group=False),
+    "spark-server": _area("cli_analyze", "spark_server", group=False),
     "keys": _area("cli_keys", "keys_app"),
     "acl": _area("cli_acl", "acl_app"),
     "study": _area("cli_study", "study_app"),

@@ -39,3 +39,39 @@ def analyze(
     if out:
         write_outputs(result, out)
     typer.echo(json.dumps(result) if as_json else render(result))
+
+
+@clean_errors
+def spark_server(
+    port: int = typer.Option(15002, min=1, max=65535, help="Loopback port of the Connect endpoint (Spark's "
+                             "default 15002)."),
+    master: str = typer.Option("local[*]", help="Where the server's own driver runs its tasks."),
+    log: Path = typer.Option(None, help="Append the server's log here (default: discarded)."),
+    ready_timeout: float = typer.Option(120.0, min=1, help="Seconds to wait for the server to listen."),
+) -> None:
+    """Run one Spark driver for many analyses: a Spark Connect server on 127.0.0.1 until Ctrl-C.
+
+    Once it prints its URL (one JSON line, {"url": "sc://127.0.0.1:PORT"}), `chordpub analyze
+    --master sc://127.0.0.1:PORT` (or SPARK_MASTER set to it, for `study report`, `demo` and the
+    notebooks) sends its queries there instead of starting a driver JVM of its own: seconds instead
+    of tens of seconds on a small run. The server reads the traces by path, so it runs on the
+    machine that holds them.
+    """
+    from chordpub.cli_common import stop_on_signals
+    from traces.spark_connect import SparkServer, SparkServerError
+
+    output_file(log, "--log")
+    stop = stop_on_signals()
+    server = SparkServer(port, master, log)
+    try:
+        server.start().wait_ready(ready_timeout)
+    except SparkServerError as exc:
+        server.stop()
+        fail(str(exc))
+    try:
+        typer.echo(json.dumps({"url": server.url}))
+        while not stop.wait(0.5):
+            if server.proc.poll() is not None:
+                fail(f"the Spark Connect server exited with status {server.proc.returncode}")
+    finally:
+        server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,9 @@ def paper_cmd(scale: str = typer.Option("small", help="small: minutes on a lapto
         fail(f"--scale must be one of {', '.join(paper.SCALES)}, got {scale!r}")
     if engine not in ("local", "spark"):
         fail(f"--engine must be local or spark, got {engine!r}")
+    if engine == "spark" and (master or os.environ.get("SPARK_MASTER", "")).startswith("sc://"):
+        fail("--engine spark runs Python tasks, which a Spark Connect (sc://) master does not take: "
+             "give --master a local[*], spark:// or cluster master")
     figs = _parse_figures(figures)
     todo = paper.points(scale, seed, figs)
     task = _task(keep_traces=out is not None)

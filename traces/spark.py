@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traces.schema import MODES, SOURCES, TABLES, spark_schema
+from traces.spark_connect import CONNECT_MODE, connect_session, is_connect, is_remote_session
 from traces.spark_driver import (
     QUICK_JVM,
     QUICK_JVM_BYTES,
@@ -49,11 +50,15 @@ def session(master: str | None = None, app_name: str = "chordpub-analyze", ui: b
     compiler's and the parallel collector's threads cost more than they save (measured: 43-46 CPU
     seconds for a small `analyze` against 26-27, 20% less wall time; on 357 MiB of Parquet the
     default JVM is 35% faster, so larger inputs keep it), and its queries with QUICK_SQL. It also maps
-    Spark's classes from the cache's class-data archive once there is one (traces/class_archive.py)."""
+    Spark's classes from the cache's class-data archive once there is one (traces/class_archive.py).
+    An `sc://HOST:PORT` master is a Spark Connect server's (`chordpub spark-server`): no JVM here."""
+    master = master or os.environ.get("SPARK_MASTER")
+    if is_connect(master):
+        return connect_session(master)
+    os.environ.pop(CONNECT_MODE, None)  # inherited from a parent's Connect session, it makes pyspark refuse a local one
     check_java()
     from pyspark import SparkConf
 
-    master = master or os.environ.get("SPARK_MASTER")
     if not master and not SparkConf().contains("spark.master"):  # spark-submit passes its --master this way
         master = "local[*]"
     options = ""
@@ -87,10 +92,11 @@ class TraceFiles:
 
 
 def find_traces(dirs: list[str | os.PathLike]) -> TraceFiles:
-    """Every `lookups/`, `deliveries/` and `load/` file under the given run directories (or their parents)."""
+    """Every `lookups/`, `deliveries/` and `load/` file under the given run directories (or their parents),
+    by absolute path: a Spark Connect server resolves a relative one against its own directory."""
     found = TraceFiles()
     for d in dirs:
-        root = Path(d)
+        root = Path(d).absolute()
         if not root.is_dir():
             raise AnalyzeError(f"{d}: no such directory")
         for table in TABLES:
@@ -159,8 +165,12 @@ def good_rows(spark, dirs: list[str | os.PathLike], table: str):
 
 
 def size_shuffle(spark, input_bytes: int) -> None:
-    """About one shuffle partition per 64 MiB of input, at least the default parallelism's worth."""
-    cores = spark.sparkContext.defaultParallelism
+    """About one shuffle partition per 64 MiB of input, at least the default parallelism's worth (a
+    Connect server's own setting, which its adaptive plans coalesce, when the session is remote)."""
+    if is_remote_session(spark):
+        cores = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    else:
+        cores = spark.sparkContext.defaultParallelism
     spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, math.ceil(input_bytes / (64 << 20)))))
 
 

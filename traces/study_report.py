@@ -56,7 +56,8 @@ def study_report(spark, study: Path, doc: dict) -> dict:
 
     deliveries = _deliveries(spark, files, keys, result)
     lookups = _lookups(files, keys, result)
-    sent_paths = [str(f) for d in dirs for f in sorted((d / "logs").glob("*.sent.jsonl")) if f.stat().st_size]
+    sent_paths = [str(f.absolute()) for d in dirs for f in sorted((d / "logs").glob("*.sent.jsonl"))
+                  if f.stat().st_size]
     expected: dict[int, int] = {}
     if sent_paths:
         schema = T.StructType([T.StructField(n, T.LongType() if t == "long" else T.StringType(), True)

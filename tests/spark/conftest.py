@@ -1,7 +1,9 @@
-"""One SparkSession (local[2]) for every Spark test, and helpers that write runs in both formats."""
+"""One SparkSession for every Spark test (the suite's Spark Connect server's when SPARK_MASTER names one, as
+`make test` does: tests/plugin_spark.py; else local[2]), and helpers that write runs in both formats."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -17,6 +19,6 @@ def spark():
         pytest.skip("no Java on PATH")
     from traces.spark import session
 
-    s = session("local[2]", app_name="chordpub-tests")
+    s = session(os.environ.get("SPARK_MASTER") or "local[2]", app_name="chordpub-tests")
     yield s
     s.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import one_error_line, run_cli
 from traces.spark import ACCURACY, QUICK_JVM, analyze
+from traces.spark_connect import CONNECT_MODE
 from traces.writer import JsonlWriter, ParquetWriter, make_run_dir
 
 pytestmark = pytest.mark.spark
@@ -142,7 +144,7 @@ def test_bad_rows_are_reported_and_counted_never_aggregated(spark, tmp_path):
     assert all(e["file"].endswith("part.jsonl") for e in bad["examples"])
 
 
-def test_analyze_cli_json_out_and_errors(tmp_path):
+def test_analyze_cli_json_out_and_errors(spark, tmp_path):
     run_dir = write_run(tmp_path / "runs", "cli", lookup_rows("cli", 300, seed=5, nodes=32),
                         delivery_rows("cli", "t", "p", "s", [1, 2, 3, 5]), "jsonl")
     proc = run_cli("analyze", str(run_dir), "--json", "--out", str(tmp_path / "out"), "--master", "local[1]",
@@ -155,6 +157,15 @@ def test_analyze_cli_json_out_and_errors(tmp_path):
     (dl,) = out["deliveries"]
     assert {"run", "source", "mode", "topic", "count", "duplicates", "latency_p50_ms", "latency_p99_ms"} <= set(dl)
     assert dl["missing"] == 1 and lk["count"] == 300
+    # the suite's session (a Spark Connect server's under `make test`: tests/plugin_spark.py) agrees with a local driver
+    same = analyze(spark, [run_dir])
+    assert same["bad_rows"] == out["bad_rows"] and same["files"] == out["files"]
+    (slk,), (sdl,) = same["lookups"], same["deliveries"]
+    assert {k: slk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")} == \
+        {k: lk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")}
+    assert slk["mean_hops"] == pytest.approx(lk["mean_hops"])
+    assert {k: sdl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")} == \
+        {k: dl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")}
     for name in ("lookups.parquet", "lookups.csv", "deliveries.parquet", "deliveries.csv", "summary.json"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == out
@@ -167,12 +178,21 @@ def test_analyze_cli_json_out_and_errors(tmp_path):
     assert empty.returncode == 2 and "no traces" in empty.stderr
 
 
+def test_a_spark_server_on_a_port_in_use_is_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = run_cli("spark-server", "--port", str(taken.getsockname()[1]))
+    one_error_line(proc, "is not free")
+
+
 @pytest.mark.slow
 def test_the_same_job_runs_under_spark_submit(tmp_path):
     run_dir = write_run(tmp_path, "submit", lookup_rows("submit", 200, seed=9), [], "parquet")
     submit = Path(sys.executable).with_name("spark-submit")
     assert submit.exists(), "pyspark's spark-submit should be installed beside the interpreter"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_MASTER", CONNECT_MODE)}  # spark-submit's master
+    env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     # a small job's driver: the quick JVM options session() gives a local one (spark-submit starts the JVM itself)
     proc = subprocess.run([str(submit), "--master", "local[1]", "--driver-java-options", QUICK_JVM,
                            str(ROOT / "traces" / "report.py"), str(run_dir), "--json"],

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import one_error_line, run_cli
 from traces.spark import analyze
 
 
@@ -30,6 +30,8 @@ def test_sim_paper_points_as_spark_tasks_match_the_local_engine(spark):
     assert local.returncode == 0 and remote.returncode == 0, remote.stderr
     a, b = json.loads(local.stdout), json.loads(remote.stdout)
     assert b["engine"] == "spark" and a["rows"] == b["rows"] and b["within"]
+    connect = run_cli(*args, "--engine", "spark", "--master", "sc://127.0.0.1:1")  # no RDDs over Spark Connect
+    one_error_line(connect, "Spark Connect", "--master")
 
 
 def test_keys_per_node_from_a_sim_load_run(spark, tmp_path):
