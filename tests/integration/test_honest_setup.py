@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_without_java(args: list[str], env_java: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """`chordpub ARGS` with PATH holding no java and JAVA_HOME as given."""
-    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PATH")}
+    """`chordpub ARGS` with PATH holding no java and JAVA_HOME as given, and a local master (not the suite's
+    Spark Connect server's, whose JVM is not this process's: tests/plugin_spark.py)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PATH", "SPARK_MASTER")}
     empty = tmp_path / "bin"
     empty.mkdir(exist_ok=True)
     return subprocess.run([sys.executable, "-m", "chordpub", *args], capture_output=True, text=True, timeout=120,
