@@ -26,6 +26,14 @@ GRID = ["--backend", "local", "--pubs", "1,2", "--subs", "2", "--mode", "direct,
         "--rate", "20"]
 
 
+# `python -m chordpub` as a terminal's foreground job starts it: a command in the background of a
+# non-interactive shell (as a CI runner may start the suite) inherits SIGINT ignored, and Python then
+# installs no KeyboardInterrupt for it (a local SparkContext in this worker used to set a handler of its
+# own here, which its children did not inherit as ignored)
+FOREGROUND = [sys.executable, "-c", "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "runpy.run_module('chordpub', run_name='__main__', alter_sys=True)"]
+
+
 def ours(study: Path) -> list[str]:
     """Processes whose command line names the study directory (every process a point starts does)."""
     out = subprocess.run(["pgrep", "-af", str(study)], capture_output=True, text=True).stdout
@@ -40,16 +48,17 @@ def done_points(study: Path) -> dict[str, float]:
 
 def test_a_study_resumes_after_ctrl_c_and_its_report_equals_analyze_per_run(spark, tmp_path):
     study = tmp_path / "st"
-    cli = subprocess.Popen([sys.executable, "-m", "chordpub", "study", "run", *GRID, "--out", str(study), "--json",
+    cli = subprocess.Popen([*FOREGROUND, "study", "run", *GRID, "--out", str(study), "--json",
                             "--log-level", "WARNING"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         wait_for(lambda: len(done_points(study)) >= 2, 180, what="two finished points")
         cli.send_signal(signal.SIGINT)  # Ctrl-C, in the middle of the next point
-        _, err = cli.communicate(timeout=60)
+        out, err = cli.communicate(timeout=60)
     finally:
         stop_processes([cli], grace=5)
-    assert cli.returncode == 130 and "interrupted after" in err and "Run the same command again" in err
+    assert cli.returncode == 130 and "interrupted after" in err and "Run the same command again" in err, \
+        f"exit {cli.returncode}; done: {sorted(done_points(study))}; stdout {out[-500:]!r}; stderr {err[-2000:]!r}"
     assert ours(study) == [], "the interrupted study left processes running"
     before = done_points(study)
     assert 2 <= len(before) < 4
