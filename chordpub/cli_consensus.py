@@ -26,10 +26,10 @@ from chordpub.cli_common import (
     setup_logging,
     stop_on_signals,
 )
+from dht.processes import die_with_parent
 
 VIA_HELP = "Any node of the ring, H:P."
 TIMEOUT_HELP = "Seconds to wait for the name's group to answer (elections and retries included)."
-PR_SET_PDEATHSIG = 1
 kv_app = typer.Typer(help="Linearizable keys: put (compare-and-set with --if-version), get, delete.",
                      no_args_is_help=True)
 
@@ -50,17 +50,6 @@ def _client(via: str, curve: Path | None, connect_timeout: float, timeout: float
 def _say(event: dict) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
-
-
-def _die_with_parent() -> None:
-    """In the command's child, before it runs: its own process group, and SIGKILL when `elect` dies
-    (Linux's PR_SET_PDEATHSIG, kept across exec), whatever kills it."""
-    import ctypes
-
-    os.setpgid(0, 0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # elect died before the line above ran
-        os._exit(1)
 
 
 def _kill(child: subprocess.Popen | None) -> None:
@@ -117,7 +106,7 @@ def elect(name: str = typer.Argument(..., help="The election's name (1..256 char
                     child[0] = None  # the command ended by itself while leading: it is not started again
                 continue
             if what == "gain" and run is not None and e.is_leader:
-                child[0] = subprocess.Popen(["/bin/sh", "-c", run], preexec_fn=_die_with_parent)  # noqa: PLW1509
+                child[0] = subprocess.Popen(["/bin/sh", "-c", run], preexec_fn=die_with_parent)  # noqa: PLW1509
     finally:
         e.resign()
         _kill(child[0])

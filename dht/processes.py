@@ -50,6 +50,21 @@ def interrupts_deferred() -> Iterator[None]:
                 raise KeyboardInterrupt
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the child gets a process group of its own, and SIGKILL when its parent dies
+    (Linux's PR_SET_PDEATHSIG, kept across exec), whatever kills the parent."""
+    import ctypes
+    import os
+
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the line above ran
+        os._exit(1)
+
+
 def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
     """SIGTERM every process, wait up to `grace` seconds, then SIGKILL what is left."""
     procs = [p for p in procs if p is not None]

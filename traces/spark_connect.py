@@ -23,11 +23,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from dht.processes import die_with_parent
+
 CONNECT_SCHEME = "sc://"
 CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # pyspark sets it in a process that opened a Connect session
 DEFAULT_PORT = 15002  # Spark Connect's own default
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-PR_SET_PDEATHSIG = 1
 LOG_TAIL = 2000  # characters of the server's log quoted when it does not come up
 
 
@@ -72,15 +73,6 @@ def server_argv(port: int, master: str, java_options: str = "") -> list[str]:
     return argv + ["--driver-java-options", f"-Dlog4j.configurationFile={log4j.as_uri()} {java_options}".strip()]
 
 
-def _die_with_parent() -> None:
-    """In the server's process, before spark-submit runs: its own process group, and SIGKILL when
-    the process that started it dies (Linux's PR_SET_PDEATHSIG, kept across exec)."""
-    import ctypes
-
-    os.setpgid(0, 0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class SparkServer:
     """One Connect server process: `start()`, `wait_ready()`, `url`, `stop()` (also a context manager)."""
 
@@ -113,7 +105,7 @@ class SparkServer:
         try:
             self.proc = subprocess.Popen(server_argv(self.port, self.master, options), stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads yet
+                                         preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
         finally:
             if self.log:
                 out.close()

@@ -131,7 +131,7 @@ def test_a_killed_leaders_name_passes_to_another_candidate_within_two_seconds(ri
     command dies with it (even so), and the other candidate leads within 2 s (lease 1 s), under a
     higher epoch; `leader` names it.
 
-    To see it fail: drop `_die_with_parent` from the Popen (the killed leader's command lives on), or
+    To see it fail: drop `die_with_parent` from the Popen (the killed leader's command lives on), or
     let `Group.tick` never propose expiries (the name is never free again)."""
     via = ring.nodes[0].endpoint
     pids = {c: tmp_path / f"{c}.pid" for c in ("a", "b")}
