@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,12 +132,12 @@ def _problem(table: str, parquet: bool):
     return expr
 
 
-def load(spark, files: TraceFiles, table: str):
-    """(good rows, bad rows with file and reason) of one table; None, None when it has no files."""
+def table_rows(spark, files: TraceFiles, table: str):
+    """One table's rows as read, each with `_problem` (None: a good row) and `_file`; None when it
+    has no files. Not cached: `load` caches it, `loaded` releases that cache."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    names = [f.name for f in TABLES[table]]
     frames = []
     if files.jsonl[table]:
         schema = spark_schema(table).add(T.StructField(CORRUPT, T.StringType(), True))
@@ -147,15 +149,43 @@ def load(spark, files: TraceFiles, table: str):
         df = spark.read.schema(spark_schema(table)).parquet(*files.parquet[table])
         frames.append(df.withColumn("_problem", _problem(table, parquet=True)).withColumn("_file", F.input_file_name()))
     if not frames:
-        return None, None
+        return None
     rows = frames[0]
     for other in frames[1:]:
         rows = rows.unionByName(other)
-    if files.jsonl[table]:
-        rows = rows.cache()  # Spark will not query a JSON source's corrupt-record column uncached
-    good = rows.filter(F.col("_problem").isNull()).select(*names)
-    bad = rows.filter(F.col("_problem").isNotNull()).select("_file", "_problem")
+    return rows
+
+
+def load(spark, files: TraceFiles, table: str):
+    """(good rows, bad rows with file and reason) of one table; None, None when it has no files.
+    JSON rows stay cached for the session's life (a notebook's frames); `loaded` releases them."""
+    good, bad, _ = _load(spark, files, table)
     return good, bad
+
+
+def _load(spark, files: TraceFiles, table: str):
+    from pyspark.sql import functions as F
+
+    rows = table_rows(spark, files, table)
+    if rows is None:
+        return None, None, None
+    cached = rows.cache() if files.jsonl[table] else None  # Spark will not query a JSON source's
+    rows = cached if cached is not None else rows  # corrupt-record column uncached
+    names = [f.name for f in TABLES[table]]
+    return (rows.filter(F.col("_problem").isNull()).select(*names),
+            rows.filter(F.col("_problem").isNotNull()).select("_file", "_problem"), cached)
+
+
+@contextmanager
+def loaded(spark, files: TraceFiles, table: str) -> Iterator[tuple]:
+    """`load` for one job: its cache is released at the end, so that a long-lived session (a Spark
+    Connect server shares its cache among all its clients) does not hold every table ever read."""
+    good, bad, cached = _load(spark, files, table)
+    try:
+        yield good, bad
+    finally:
+        if cached is not None:
+            cached.unpersist()
 
 
 def good_rows(spark, dirs: list[str | os.PathLike], table: str):
@@ -281,11 +311,11 @@ def analyze(spark, dirs: list[str | os.PathLike], examples: int = 5) -> dict:
     for table, aggregate in (("lookups", aggregate_lookups), ("deliveries", aggregate_deliveries),
                              ("load", aggregate_load)):
         result["files"][table] = len(files.jsonl[table]) + len(files.parquet[table])
-        good, bad = load(spark, files, table)
-        if good is None:
-            result["bad_rows"][table] = {"count": 0, "examples": []}
-            continue
-        result[table] = aggregate(good)
-        shown = [{"file": r["_file"], "problem": r["_problem"]} for r in bad.limit(examples).collect()]
-        result["bad_rows"][table] = {"count": bad.count() if shown else 0, "examples": shown}
+        with loaded(spark, files, table) as (good, bad):
+            if good is None:
+                result["bad_rows"][table] = {"count": 0, "examples": []}
+                continue
+            result[table] = aggregate(good)
+            shown = [{"file": r["_file"], "problem": r["_problem"]} for r in bad.limit(examples).collect()]
+            result["bad_rows"][table] = {"count": bad.count() if shown else 0, "examples": shown}
     return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traces.spark import _pct, delivery_pairs, find_traces, load, size_shuffle
+from traces.spark import _pct, delivery_pairs, find_traces, loaded, size_shuffle
 from traces.writer import run_complete
 
 SENT_SCHEMA = (("topic", "string"), ("publisher", "string"), ("seq", "long"), ("sent_ns", "long"))
@@ -100,12 +100,14 @@ def label(row: dict, doc: dict) -> str:
 
 
 def _deliveries(spark, files, keys, result: dict) -> dict[int, dict]:
+    with loaded(spark, files, "deliveries") as (good, bad):
+        result["bad_rows"]["deliveries"] = bad.count() if bad is not None else 0
+        return _delivery_groups(good, keys) if good is not None else {}
+
+
+def _delivery_groups(good, keys) -> dict[int, dict]:
     from pyspark.sql import functions as F
 
-    good, bad = load(spark, files, "deliveries")
-    result["bad_rows"]["deliveries"] = bad.count() if bad is not None else 0
-    if good is None:
-        return {}
     rows = good.join(keys, "run")
     pairs = delivery_pairs(rows, ["grp", "run", "source", "mode", "topic"])
     per_pair = {int(r["grp"]): r for r in pairs.groupBy("grp").agg(
@@ -127,12 +129,14 @@ def _deliveries(spark, files, keys, result: dict) -> dict[int, dict]:
 
 
 def _lookups(files, keys, result: dict) -> dict[int, dict]:
+    with loaded(keys.sparkSession, files, "lookups") as (good, bad):
+        result["bad_rows"]["lookups"] = bad.count() if bad is not None else 0
+        return _lookup_groups(good, keys) if good is not None else {}
+
+
+def _lookup_groups(good, keys) -> dict[int, dict]:
     from pyspark.sql import functions as F
 
-    good, bad = load(keys.sparkSession, files, "lookups")
-    result["bad_rows"]["lookups"] = bad.count() if bad is not None else 0
-    if good is None:
-        return {}
     ok = F.col("ok")
     out = {}
     for r in good.join(keys, "run").groupBy("grp").agg(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import sys
 import time
@@ -113,8 +114,14 @@ class ParquetWriter(_TraceFile):
 
 
 def make_run_dir(root: str | os.PathLike, run: str, config: dict) -> Path:
-    """RUN/manifest.json (config, versions, host), RUN/lookups/, RUN/deliveries/."""
+    """RUN/manifest.json (config, versions, host), RUN/lookups/, RUN/deliveries/.
+
+    A run of a name that exists replaces it: live writers append, so the traces of an earlier run
+    under the same name would otherwise be counted again (only the directories this module and the
+    commands write are removed; anything else a user keeps there stays)."""
     run_dir = Path(root) / run
+    for kept in (*TABLES, "logs"):
+        shutil.rmtree(run_dir / kept, ignore_errors=True)
     for table in ("lookups", "deliveries"):  # load/ is made by the one command that writes it
         (run_dir / table).mkdir(parents=True, exist_ok=True)
     manifest = {

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import one_error_line, run_cli
-from traces.spark import ACCURACY, QUICK_JVM, analyze
+from traces.spark import ACCURACY, QUICK_JVM, analyze, find_traces, load, table_rows
 from traces.spark_connect import CONNECT_MODE
 from traces.writer import JsonlWriter, ParquetWriter, make_run_dir
 
@@ -68,6 +68,11 @@ def test_the_same_rows_as_parquet_and_as_json_lines_give_identical_aggregates(sp
     lookups = lookup_rows("same", 3000, seed=1)
     deliveries = delivery_rows("same", "t", "p", "s", list(range(1, 400)) + [5, 6])
     a = analyze(spark, [write_run(tmp_path / "a", "same", lookups, deliveries, "jsonl")])
+    read_again = table_rows(spark, find_traces([tmp_path / "a" / "same"]), "lookups")
+    assert not read_again.storageLevel.useMemory, "analyze left the table cached (a shared server keeps it)"
+    load(spark, find_traces([tmp_path / "a" / "same"]), "lookups")
+    assert read_again.storageLevel.useMemory, "load caches what it read: the check above can see it"
+    read_again.unpersist()
     b = analyze(spark, [write_run(tmp_path / "b", "same", lookups, deliveries, "parquet")])
     assert a["lookups"] and a["deliveries"]
     assert approx_equal(a["lookups"], b["lookups"]), (a["lookups"], b["lookups"])
