@@ -26,7 +26,7 @@ from chordpub.cli_common import (
     setup_logging,
     stop_on_signals,
 )
-from dht.processes import die_with_parent
+from dht.processes import die_with_parent_group, group_guard
 
 VIA_HELP = "Any node of the ring, H:P."
 TIMEOUT_HELP = "Seconds to wait for the name's group to answer (elections and retries included)."
@@ -106,7 +106,7 @@ def elect(name: str = typer.Argument(..., help="The election's name (1..256 char
                     child[0] = None  # the command ended by itself while leading: it is not started again
                 continue
             if what == "gain" and run is not None and e.is_leader:
-                child[0] = subprocess.Popen(["/bin/sh", "-c", run], preexec_fn=die_with_parent)  # noqa: PLW1509
+                child[0] = subprocess.Popen(group_guard(run), preexec_fn=die_with_parent_group)  # noqa: PLW1509
     finally:
         e.resign()
         _kill(child[0])

@@ -53,16 +53,30 @@ def interrupts_deferred() -> Iterator[None]:
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """A `preexec_fn`: the child gets a process group of its own, and SIGKILL when its parent dies
-    (Linux's PR_SET_PDEATHSIG, kept across exec), whatever kills the parent."""
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """A `preexec_fn`: the child gets a process group of its own, and `signum` when its parent dies
+    (Linux's PR_SET_PDEATHSIG, kept across exec), whatever kills the parent. Only the child gets it:
+    a shell that forks its command passes it on itself (`group_guard`)."""
     import ctypes
     import os
 
     os.setpgid(0, 0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
     if os.getppid() == 1:  # the parent died before the line above ran
         os._exit(1)
+
+
+def die_with_parent_group() -> None:
+    """`die_with_parent` for a `group_guard` shell: SIGTERM, which its trap turns into the group's SIGKILL."""
+    die_with_parent(signal.SIGTERM)
+
+
+def group_guard(command: str) -> list[str]:
+    """argv of `sh -c command` that dies with its whole process group when its parent dies (with
+    `die_with_parent_group`). PR_SET_PDEATHSIG reaches the shell alone, and a shell forks what it
+    runs (`a; b`, pipes, most commands under dash): so the command runs in the background, stdin kept,
+    while the shell waits, and the shell's SIGTERM trap kills the group (itself last)."""
+    return ["/bin/sh", "-c", 'trap "kill -9 0" TERM; exec 3<&0; { ' + command + '\n} <&3 3<&- & wait $!']
 
 
 def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:

@@ -131,12 +131,15 @@ def test_a_killed_leaders_name_passes_to_another_candidate_within_two_seconds(ri
     command dies with it (even so), and the other candidate leads within 2 s (lease 1 s), under a
     higher epoch; `leader` names it.
 
-    To see it fail: drop `die_with_parent` from the Popen (the killed leader's command lives on), or
+    The command is the shell's child, not the shell (`a & b; wait`), as most commands are under dash.
+
+    To see it fail: drop `die_with_parent_group` from the Popen, or run the command without
+    `group_guard` (the killed leader's command lives on), or
     let `Group.tick` never propose expiries (the name is never free again)."""
     via = ring.nodes[0].endpoint
     pids = {c: tmp_path / f"{c}.pid" for c in ("a", "b")}
     elect = {c: procs(f"elect-{c}", "elect", "jobs/primary", "--via", via, "--candidate", c,
-                      "--exec", f"echo $$ > {pids[c]}; exec sleep 600") for c in ("a", "b")}
+                      "--exec", f"sleep 600 & echo $! > {pids[c]}; wait") for c in ("a", "b")}
     logs = {c: tmp_path / f"elect-{c}.log" for c in ("a", "b")}
 
     def leading() -> str | None:
@@ -148,24 +151,30 @@ def test_a_killed_leaders_name_passes_to_another_candidate_within_two_seconds(ri
     said = json.loads(run_cli("leader", "jobs/primary", "--via", via, "--json").stdout)
     assert said["leader"] == first and said["epoch"] == _events(logs[first])[-1]["epoch"]
 
-    killed_at = time.time()
-    elect[first].send_signal(signal.SIGKILL)
-    elect[first].wait()
-    gained = wait_for(lambda: [e for e in _events(logs[other]) if e["event"] == "elected"], timeout=10,
-                      what="the other candidate elected")[-1]
-    assert gained["time"] - killed_at < 2.0, f"failover took {gained['time'] - killed_at:.2f} s"
-    assert gained["epoch"] > said["epoch"]
-    wait_for(lambda: not _alive(command), timeout=5, what="the killed leader's command gone")
-    said = json.loads(run_cli("leader", "jobs/primary", "--via", via, "--json").stdout)
-    assert said == {"name": "jobs/primary", "leader": other, "epoch": gained["epoch"]}
+    try:
+        killed_at = time.time()
+        elect[first].send_signal(signal.SIGKILL)
+        elect[first].wait()
+        gained = wait_for(lambda: [e for e in _events(logs[other]) if e["event"] == "elected"], timeout=10,
+                          what="the other candidate elected")[-1]
+        assert gained["time"] - killed_at < 2.0, f"failover took {gained['time'] - killed_at:.2f} s"
+        assert gained["epoch"] > said["epoch"]
+        wait_for(lambda: not _alive(command), timeout=5, what="the killed leader's command gone")
+        said = json.loads(run_cli("leader", "jobs/primary", "--via", via, "--json").stdout)
+        assert said == {"name": "jobs/primary", "leader": other, "epoch": gained["epoch"]}
+    finally:  # the command the test is about may have outlived its leader: it must not outlive the test
+        try:
+            os.killpg(os.getpgid(command), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie that its new parent has yet to reap."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
 
 
 def test_killing_a_groups_leader_loses_no_write_and_applies_none_twice(ring_factory):
