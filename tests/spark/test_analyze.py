@@ -65,6 +65,10 @@ def approx_equal(a: object, b: object) -> bool:
 
 
 def test_the_same_rows_as_parquet_and_as_json_lines_give_identical_aggregates(spark, tmp_path):
+    """Both formats aggregate alike; and analyze leaves no table cached (a shared Spark Connect server
+    would keep every table any client ever read).
+
+    To see it fail: drop the `unpersist` at the end of `loaded` (traces/spark.py)."""
     lookups = lookup_rows("same", 3000, seed=1)
     deliveries = delivery_rows("same", "t", "p", "s", list(range(1, 400)) + [5, 6])
     a = analyze(spark, [write_run(tmp_path / "a", "same", lookups, deliveries, "jsonl")])

@@ -8,6 +8,9 @@ from traces.writer import JsonlWriter, make_run_dir, run_complete
 
 
 def test_a_run_written_again_under_its_name_replaces_the_old_traces_and_keeps_other_files(tmp_path):
+    """A notebook run twice in one tree once counted its keys twice: live writers append.
+
+    To see it fail: drop the `shutil.rmtree` of `make_run_dir` (the first run's row is kept)."""
     rows = {"run": "r", "source": "live", "nodes": 4, "key_id": "1", "origin": "2", "owner": "3", "hops": 1,
             "timeouts": 0, "latency_ms": 0.5, "ok": True, "ts": 1.0}
     for _ in range(2):
