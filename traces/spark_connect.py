@@ -63,7 +63,12 @@ def server_argv(port: int, master: str, java_options: str = "") -> list[str]:
     log4j = Path(__file__).with_name("log4j2.properties")
     confs = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
              "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-             "spark.sql.session.timeZone": "UTC"}
+             "spark.sql.session.timeZone": "UTC",
+             # a server of small jobs (its JVM's options say so too): compiling each query's generated code
+             # costs more than it saves (the suite's Spark tests and notebooks: 296 CPU-s against 349). Adaptive
+             # plans stay: they coalesce the 200 shuffle partitions a client's session starts with (without
+             # them, 615 CPU-s)
+             "spark.sql.codegen.wholeStage": "false"}
     if master.startswith("local"):
         confs |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     argv = [str(jars.parent / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master,
