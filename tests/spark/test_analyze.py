@@ -156,8 +156,9 @@ def test_bad_rows_are_reported_and_counted_never_aggregated(spark, tmp_path):
 def test_analyze_cli_json_out_and_errors(spark, tmp_path):
     run_dir = write_run(tmp_path / "runs", "cli", lookup_rows("cli", 300, seed=5, nodes=32),
                         delivery_rows("cli", "t", "p", "s", [1, 2, 3, 5]), "jsonl")
-    proc = run_cli("analyze", str(run_dir), "--json", "--out", str(tmp_path / "out"), "--master", "local[1]",
-                   timeout=180)
+    shared = os.environ.get("SPARK_MASTER")  # the suite's Connect server (tests/plugin_spark.py), named as a user would
+    proc = run_cli("analyze", str(run_dir), "--json", "--out", str(tmp_path / "out"),
+                   *(["--master", shared] if shared else []), timeout=180)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     (lk,) = out["lookups"]
@@ -166,15 +167,7 @@ def test_analyze_cli_json_out_and_errors(spark, tmp_path):
     (dl,) = out["deliveries"]
     assert {"run", "source", "mode", "topic", "count", "duplicates", "latency_p50_ms", "latency_p99_ms"} <= set(dl)
     assert dl["missing"] == 1 and lk["count"] == 300
-    # the suite's session (a Spark Connect server's under `make test`: tests/plugin_spark.py) agrees with a local driver
-    same = analyze(spark, [run_dir])
-    assert same["bad_rows"] == out["bad_rows"] and same["files"] == out["files"]
-    (slk,), (sdl,) = same["lookups"], same["deliveries"]
-    assert {k: slk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")} == \
-        {k: lk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")}
-    assert slk["mean_hops"] == pytest.approx(lk["mean_hops"])
-    assert {k: sdl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")} == \
-        {k: dl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")}
+    assert_same(analyze(spark, [run_dir]), out)
     for name in ("lookups.parquet", "lookups.csv", "deliveries.parquet", "deliveries.csv", "summary.json"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == out
@@ -187,6 +180,19 @@ def test_analyze_cli_json_out_and_errors(spark, tmp_path):
     assert empty.returncode == 2 and "no traces" in empty.stderr
 
 
+def assert_same(a: dict, b: dict) -> None:
+    """Two analyses of one run agree (two sessions: the suite's and a local driver, or the CLI's)."""
+    assert a["bad_rows"] == b["bad_rows"] and a["files"] == b["files"]
+    (alk,), (blk,) = a["lookups"], b["lookups"]
+    assert {k: alk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")} == \
+        {k: blk[k] for k in ("count", "failed", "p50_hops", "p99_hops", "max_hops")}
+    assert alk["mean_hops"] == pytest.approx(blk["mean_hops"])
+    assert len(a["deliveries"]) == len(b["deliveries"])
+    for adl, bdl in zip(a["deliveries"], b["deliveries"], strict=True):
+        assert {k: adl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")} == \
+            {k: bdl[k] for k in ("count", "expected", "delivered", "lost", "duplicates")}
+
+
 def test_a_spark_server_on_a_port_in_use_is_one_line():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -196,8 +202,11 @@ def test_a_spark_server_on_a_port_in_use_is_one_line():
 
 
 @pytest.mark.slow
-def test_the_same_job_runs_under_spark_submit(tmp_path):
-    run_dir = write_run(tmp_path, "submit", lookup_rows("submit", 200, seed=9), [], "parquet")
+def test_the_same_job_runs_under_spark_submit(spark, tmp_path):
+    """A local driver that spark-submit starts gives what the suite's session (a Spark Connect server's
+    under `make test`) gives."""
+    run_dir = write_run(tmp_path, "submit", lookup_rows("submit", 200, seed=9),
+                        delivery_rows("submit", "t", "p", "s", [1, 2, 3, 5, 5]), "parquet")
     submit = Path(sys.executable).with_name("spark-submit")
     assert submit.exists(), "pyspark's spark-submit should be installed beside the interpreter"
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_MASTER", CONNECT_MODE)}  # spark-submit's master
@@ -207,5 +216,8 @@ def test_the_same_job_runs_under_spark_submit(tmp_path):
                            str(ROOT / "traces" / "report.py"), str(run_dir), "--json"],
                           capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["lookups"]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    (row,) = out["lookups"]
     assert row["run"] == "submit" and row["count"] == 200
+    assert out["deliveries"][0]["duplicates"] == 1 and out["deliveries"][0]["lost"] == 1
+    assert_same(analyze(spark, [run_dir]), out)
