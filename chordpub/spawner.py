@@ -33,6 +33,10 @@ import time
 STARTUP_PREFIXES = ("PYTHON", "LD_", "MSGPACK_")
 
 
+TEMPLATE_ARGV = [sys.executable, "-m", "chordpub.command_template"]
+COMMAND_ARGV = [sys.executable, "-m", "chordpub"]  # what a forked command stands for
+
+
 def _startup(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
 
@@ -78,11 +82,13 @@ class ForkedProcess:
 class Spawner:
     """The launching side: the template process and the requests to it (one at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, proc: subprocess.Popen | None = None) -> None:
+        """`proc`: a template already started elsewhere (TEMPLATE_ARGV with text pipes on its stdin and
+        stdout, e.g. inside an emulated host's namespaces); None starts one here."""
         self.env = _startup(dict(os.environ))
         self._lock = threading.Lock()
-        self._proc = subprocess.Popen([sys.executable, "-m", "chordpub.command_template"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, start_new_session=True, text=True, bufsize=1)
+        self._proc = proc or subprocess.Popen(TEMPLATE_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              start_new_session=True, text=True, bufsize=1)
         atexit.register(self.close)
 
     def usable(self) -> bool:

@@ -18,6 +18,7 @@ from typing import IO, Protocol
 import networkx as nx
 
 from topologies.graphs import build, describe
+from topologies.host_templates import HostTemplates
 
 BACKENDS = ("mininet", "local")
 LOCAL_HOST = "local"
@@ -46,6 +47,13 @@ class MininetHosts:
     def __init__(self, net) -> None:  # noqa: ANN001 - a topologies.mininet_net.Network
         self.net = net
         self.emulation = net.emulation
+        self.templates = HostTemplates()  # chordpub commands with a log file are forked on each host
+
+    def __enter__(self) -> MininetHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.templates.close()
 
     @property
     def names(self) -> list[str]:
@@ -59,8 +67,14 @@ class MininetHosts:
         return int(port or 0)
 
     def popen(self, host: str, argv: list[str], stdout: IO | int, stderr: IO | int) -> subprocess.Popen:
+        node = self.net.net.get(host)
+        if isinstance(getattr(stdout, "name", None), str) and isinstance(getattr(stderr, "name", None), str):
+            # output to files: a chordpub command is forked from the host's template
+            forked = self.templates.start(node, argv, stdout.name, None if stderr.name == stdout.name else stderr.name)
+            if forked is not None:
+                return forked
         # mnexec -da: into the host's namespaces; no new session here, or mnexec forks away from us
-        return self.net.net.get(host).popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        return node.popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
 
     def describe(self) -> dict:
         return describe(self.net.graph)
@@ -107,4 +121,5 @@ def open_hosts(backend: str, topo: str, delay_ms: float | None, seed: int | None
     from topologies.mininet_net import mininet_network
 
     with mininet_network(graph_for(topo, delay_ms, seed), workdir=workdir, emulation=emulation, seed=seed) as net:
-        yield MininetHosts(net)
+        with MininetHosts(net) as hosts:
+            yield hosts

@@ -71,6 +71,11 @@ class Chaos:
     def spawn(self, number: int, *args: str, out: str) -> subprocess.Popen:
         """Start `args` on host `number`: its stdout to `out`, its stderr there too (a .log) or beside it."""
         host = self.host(number)
+        err = None if out.endswith(".log") else self.workdir / f"{Path(out).stem}.err"
+        forked = self.ring.templates.start(host, [sys.executable, *args], self.workdir / out, err)
+        if forked is not None:
+            self.ring.procs.append(forked)
+            return forked
         with open(self.workdir / out, "ab") as sink:
             errs = subprocess.STDOUT if out.endswith(".log") else open(self.workdir / f"{Path(out).stem}.err", "ab")  # noqa: SIM115
             try:

@@ -6,7 +6,8 @@ two rings, each consistent alone, and the wait times out. Or make a prefix recor
 what it announces (`Announcements.apply` taking no field set): the pattern subscriber gets nothing of
 the new topic. (How the topic reaches it after the heal has several ways: the records merged by the
 hand-over tell their watchers, the watchers' renewals compare epochs, and a field whose owner changed is
-placed again; no one of them taken away fails this test.)
+placed again; no one of them taken away fails this test.) Or let `HostTemplates.start` return None: the
+nodes are exec'd afresh on their hosts ("a node exec'd afresh").
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 
 import pytest
 
+from chordpub.spawner import ForkedProcess
 from dht.processes import wait_for
 from topologies.partition import partitioned_ring
 
@@ -102,6 +104,9 @@ def test_an_uneven_partition_heals_into_one_ring(clean_host, tmp_path, a, b):
     with partitioned_ring(a, b, tmp_path, STABILIZE) as ring:
         ring.start_nodes()
         assert ring.wait_ring(ring.side_a[0], a + b)["seconds"] is not None
+        # the nodes were forked from a template on each host (half a CPU-second less each), there
+        # (each serves on its host's address)
+        assert all(isinstance(p, ForkedProcess) for p in ring.nodes.values()), "a node exec'd afresh"
         # a reliable subscriber on the small side, its publisher on the large one
         out = tmp_path / "follow.json"
         follow = start_stream(ring, ring.side_a[0], ring.side_b[1], out, 100, 20)
