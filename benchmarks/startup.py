@@ -8,7 +8,7 @@ Each figure is the median of --runs wall times on this machine: `python -c pass`
 --port 0`) and a client (`chordpub sub --via NODE --topic t`), the time from exec to the process's first
 listening TCP socket (read from /proc, polled every millisecond), with the CPU it had spent by then; and
 a node of a local ring (`LocalRing`) and a `sub`, forked from the warm template that imported a node's
-and a client's modules once (chordpub/spawner.py), from the request to its first socket. The goals:
+and a client's modules once (dht/spawner.py), from the request to its first socket. The goals:
 --version within 0.05 s, every --help and a first socket within 0.10 s, on a machine where the bare
 interpreter starts in 0.017 s (so 2.9x and 5.9x the bare interpreter). Each row says whether it is
 within the goal both in seconds and as that ratio: a machine whose bare interpreter starts faster than
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.idle import cpu_ticks  # noqa: E402
 from chordpub.launcher import LocalRing  # noqa: E402
-from chordpub.spawner import shared  # noqa: E402
+from dht.spawner import shared  # noqa: E402
 
 PY = sys.executable
 COMMANDS = {

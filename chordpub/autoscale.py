@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chordpub.launcher import stop_processes
-from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient, DhtError
 from dht.load import report
 from dht.ringcheck import evaluate, walk
 from dht.scaling import Decision, Scaler
+from dht.spawner import ForkedProcess, start
 
 PLACEHOLDERS = ("python", "host", "port", "join", "id", "bits", "successors", "replicas")
 DEFAULT_SPAWN = ("{python} -m chordpub node start --host {host} --port {port} --join {join} --id {id} "

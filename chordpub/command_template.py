@@ -1,6 +1,6 @@
-"""The template that chordpub/spawner.py forks `chordpub` commands from (`python -m chordpub.command_template`):
+"""The template that dht/spawner.py forks `chordpub` commands from (`python -m chordpub.command_template`):
 it imports the modules of a node and of the clients' commands once, then forks a command for each `spawn`
-request on its stdin and answers each `status` request with what it reaped (chordpub/spawner.py says why,
+request on its stdin and answers each `status` request with what it reaped (dht/spawner.py says why,
 and what the protocol is)."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from chordpub.launcher import interrupts_deferred, stop_processes, wait_for
-from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient
+from dht.spawner import ForkedProcess, start
 from dht.transport import SocketSetup
 from pubsub.directory import topic_info
 from traces.accounting import add, pair_figures

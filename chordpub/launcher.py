@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chordpub.spawner import ForkedProcess, start
 from dht.client import DhtClient
 from dht.processes import interrupts_deferred, stop_processes, wait_for
 from dht.ringcheck import check_ring
+from dht.spawner import ForkedProcess, start
 from dht.transport import SocketSetup
 
 __all__ = ["LaunchError", "LocalRing", "NodeProcess", "await_ready", "interrupts_deferred", "node_command",
@@ -69,13 +69,13 @@ def node_command(host: str, port: int, join: str | None, ready_file: Path,
 def spawn_node(workdir: Path, name: str, host: str = "127.0.0.1", port: int = 0, join: str | None = None,
                options: dict[str, object] | None = None, code: Path | None = None,
                python: str | None = None) -> subprocess.Popen | ForkedProcess:
-    """A `chordpub node start` process, forked from the warm template (chordpub/spawner.py) where it can
+    """A `chordpub node start` process, forked from the warm template (dht/spawner.py) where it can
     be; `code`: run the chordpub of that source tree instead of this one, with the interpreter `python`
     (benchmarks set one revision's ring beside another's), exec'd."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / f"{name}.ready"
     ready.unlink(missing_ok=True)
-    if code is None and python is None:  # this tree's chordpub: forked warm where it can be (chordpub/spawner.py)
+    if code is None and python is None:  # this tree's chordpub: forked warm where it can be (dht/spawner.py)
         return start(node_command(host, port, join, ready, options)[3:], workdir / f"{name}.log")
     log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:

@@ -93,8 +93,8 @@ def ring_factory(tmp_path: Path, vnodes: int):
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run `chordpub ARGS` as a user would (a process of its own, forked from the warm template as the
-    launcher's are: chordpub/spawner.py); returns the completed process (text)."""
-    from chordpub.spawner import start
+    launcher's are: dht/spawner.py); returns the completed process (text)."""
+    from dht.spawner import start
 
     argv = [str(a) for a in args]
     with tempfile.TemporaryDirectory(prefix="cli-") as d:
@@ -133,10 +133,10 @@ def start_module_ring(tmp_path_factory, name: str, nodes: int, **options):  # no
 
 @pytest.fixture
 def procs(tmp_path: Path):
-    """spawn(name, *cli_args) -> a `chordpub` process (chordpub/spawner.py's `start`: a Popen or its forked
+    """spawn(name, *cli_args) -> a `chordpub` process (dht/spawner.py's `start`: a Popen or its forked
     like), logging to tmp_path/name.log; all killed at teardown."""
     from chordpub.launcher import stop_processes
-    from chordpub.spawner import ForkedProcess, start
+    from dht.spawner import ForkedProcess, start
 
     started: list[subprocess.Popen | ForkedProcess] = []
 

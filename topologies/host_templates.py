@@ -2,7 +2,7 @@
 
 A command started on a Mininet host (`host.popen`) is a fresh interpreter that imports a node's or a
 client's modules: about half a CPU-second before its first socket, and an experiment or a partition
-test starts hundreds of them. chordpub/spawner.py forks local commands from a warm template instead; a
+test starts hundreds of them. dht/spawner.py forks local commands from a warm template instead; a
 template started inside a host's namespaces (through `host.popen`, as any command there) forks
 commands that are on that host too. One template per host, started with the host's first command and
 ended by `close`.
@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from chordpub.spawner import COMMAND_ARGV, TEMPLATE_ARGV, ForkedProcess, Spawner
+from dht.spawner import COMMAND_ARGV, TEMPLATE_ARGV, ForkedProcess, Spawner
 
 
 class HostTemplates:

@@ -1,4 +1,4 @@
-"""Nodes forked from the warm template (chordpub/spawner.py) are nodes as an exec'd one is: a session of
+"""Nodes forked from the warm template (dht/spawner.py) are nodes as an exec'd one is: a session of
 their own, their output in their log, the launcher's environment, the exit status a signal gives them;
 and where a variable the interpreter reads at its start changed since the template started, nodes are
 exec'd instead. Any other forked `chordpub` command prints, errs and exits as the exec'd one does.
@@ -21,8 +21,8 @@ import os
 import signal
 import subprocess
 
-from chordpub import spawner
 from chordpub.launcher import LocalRing, await_ready, spawn_node, stop_processes
+from dht import spawner
 from dht.client import DhtClient
 
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from chordpub.spawner import ForkedProcess
 from dht.processes import wait_for
+from dht.spawner import ForkedProcess
 from topologies.partition import partitioned_ring
 
 pytestmark = pytest.mark.mininet
