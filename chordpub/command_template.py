@@ -25,9 +25,25 @@ MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")  
 EXITED_KEPT = 4096  # exit codes kept for the asking (the oldest forgotten first; a pid forked again, at once)
 
 
-def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, str]) -> None:
+def _enter_namespaces(pid: int) -> None:
+    """Join the network and mount namespaces of process `pid` (an emulated host's shell), as `mnexec -a`
+    does: the command then binds and connects on that host (setns(2): root, and one thread, as a fork is)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind in ("net", "mnt"):
+        fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, 0) != 0:
+                raise OSError(ctypes.get_errno(), f"setns into {kind} namespace of {pid}")
+        finally:
+            os.close(fd)
+
+
+def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, str],
+           namespaces_of: int | None = None) -> None:
     """In the fork: become the command, as `python -m chordpub ARGV > LOG 2>ERR < /dev/null` in a new session
-    (ERR: LOG when None)."""
+    (ERR: LOG when None), in the namespaces of process `namespaces_of` when given."""
     code = 1
     try:
         os.setsid()
@@ -38,6 +54,8 @@ def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, 
         os.dup2(errors, 2)
         for fd in {out, errors, nothing}:
             os.close(fd)
+        if namespaces_of is not None:  # (what goes wrong here is in the log)
+            _enter_namespaces(namespaces_of)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - (the old one may hold requests read ahead)
         # sys.stdout and sys.stderr stay: flushed before the fork, now on the log, and buffered as an
         # exec'd interpreter's would be on a file (stderr by the line; stdout as PYTHONUNBUFFERED says)
@@ -97,7 +115,8 @@ def serve() -> None:
                 reply = {"error": f"fork: {e}"}
             else:
                 if pid == 0:
-                    _child(request["argv"], request["log"], request.get("err"), request["cwd"], request["env"])
+                    _child(request["argv"], request["log"], request.get("err"), request["cwd"], request["env"],
+                           request.get("namespaces_of"))
                 codes.pop(pid, None)  # a pid reused: what its last holder exited with is not this one's
                 reply = {"pid": pid}
         else:

@@ -102,14 +102,17 @@ class Spawner:
             raise OSError("the command template process exited")
         return json.loads(line)
 
-    def spawn(self, argv: list[str], log: str, cwd: str, err: str | None = None) -> ForkedProcess:
+    def spawn(self, argv: list[str], log: str, cwd: str, err: str | None = None,
+              namespaces_of: int | None = None) -> ForkedProcess:
         """`argv`: the command line after `chordpub` (as `python -m chordpub` takes it); its output appended
-        to the file `log`, its errors to `err` (None: to `log` too)."""
+        to the file `log`, its errors to `err` (None: to `log` too); in the network and mount namespaces of
+        process `namespaces_of` when given (an emulated host's: root only)."""
         log, err = (None if p is None else os.path.abspath(p) for p in (log, err))  # (the template's cwd is its own)
         for path in {log, err or log}:  # there once this returns, as with Popen and a file opened for it
             with open(path, "ab"):
                 pass
-        reply = self._ask({"op": "spawn", "argv": argv, "log": log, "err": err, "cwd": cwd, "env": dict(os.environ)})
+        reply = self._ask({"op": "spawn", "argv": argv, "log": log, "err": err, "cwd": cwd, "env": dict(os.environ),
+                           "namespaces_of": namespaces_of})
         if "error" in reply:
             raise OSError(reply["error"])
         return ForkedProcess(self, reply["pid"], [sys.executable, "-m", "chordpub", *argv])
