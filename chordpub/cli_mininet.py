@@ -137,8 +137,8 @@ def pns_cmd(
         if sys.stderr.isatty():
             typer.echo(f"chordpub: {message}", err=True)
 
-    with mininet_network(g, workdir=run_dir / "switches", emulation=emulation, seed=seed) as net, \
-            MininetHosts(net) as hosts:
+    with mininet_network(g, workdir=run_dir / "switches", emulation=emulation, seed=seed) as net:
+        hosts = MininetHosts(net)
         graph_node = {name: v for v, name in net.names.items()}
         runs = {k: run_ring_lookups(hosts, k, keys_file, run_dir / "logs", stabilize, successors, progress=progress,
                                     repeat=repeat) for k in (0, pns)}

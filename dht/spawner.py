@@ -33,7 +33,6 @@ import time
 STARTUP_PREFIXES = ("PYTHON", "LD_", "MSGPACK_")
 
 
-TEMPLATE_ARGV = [sys.executable, "-m", "chordpub.command_template"]
 COMMAND_ARGV = [sys.executable, "-m", "chordpub"]  # what a forked command stands for
 
 
@@ -82,13 +81,11 @@ class ForkedProcess:
 class Spawner:
     """The launching side: the template process and the requests to it (one at a time)."""
 
-    def __init__(self, proc: subprocess.Popen | None = None) -> None:
-        """`proc`: a template already started elsewhere (TEMPLATE_ARGV with text pipes on its stdin and
-        stdout, e.g. inside an emulated host's namespaces); None starts one here."""
+    def __init__(self) -> None:
         self.env = _startup(dict(os.environ))
         self._lock = threading.Lock()
-        self._proc = proc or subprocess.Popen(TEMPLATE_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              start_new_session=True, text=True, bufsize=1)
+        self._proc = subprocess.Popen([sys.executable, "-m", "chordpub.command_template"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, start_new_session=True, text=True, bufsize=1)
         atexit.register(self.close)
 
     def usable(self) -> bool:

@@ -16,21 +16,15 @@ from pathlib import Path
 from dht.spawner import COMMAND_ARGV, ForkedProcess, shared
 
 
-class HostTemplates:
-    """Forks `chordpub` commands onto the hosts of one network (a Mininet Host each: `pid`, its shell's)."""
-
-    def start(self, host, argv: list[str], log: str | os.PathLike,  # noqa: ANN001 - a mininet Host
-              err: str | os.PathLike | None = None) -> ForkedProcess | None:
-        """`argv` (a `python -m chordpub ...` command line) forked on `host`, its output appended to
-        `log` and its errors to `err` (None: to `log`); None when it is not such a command, or forking
-        is off (CHORDPUB_FORK=0) or cannot serve: the caller starts it the ordinary way."""
-        if argv[: len(COMMAND_ARGV)] != COMMAND_ARGV:
-            return None
-        spawner = shared()
-        if spawner is None:
-            return None
-        return spawner.spawn(argv[len(COMMAND_ARGV):], os.fspath(Path(log)), os.getcwd(),
-                             None if err is None else os.fspath(Path(err)), namespaces_of=host.pid)
-
-    def close(self) -> None:
-        """Nothing of the network's own to end: the template is this process's (dht/spawner.py)."""
+def fork_on_host(host, argv: list[str], log: str | os.PathLike,  # noqa: ANN001 - a mininet Host (`pid`: its shell's)
+                 err: str | os.PathLike | None = None) -> ForkedProcess | None:
+    """`argv` (a `python -m chordpub ...` command line) forked on `host`, its output appended to `log`
+    and its errors to `err` (None: to `log`); None when it is not such a command, or forking is off
+    (CHORDPUB_FORK=0) or cannot serve: the caller starts it the ordinary way."""
+    if argv[: len(COMMAND_ARGV)] != COMMAND_ARGV:
+        return None
+    spawner = shared()
+    if spawner is None:
+        return None
+    return spawner.spawn(argv[len(COMMAND_ARGV):], os.fspath(Path(log)), os.getcwd(),
+                         None if err is None else os.fspath(Path(err)), namespaces_of=host.pid)

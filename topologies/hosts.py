@@ -18,7 +18,7 @@ from typing import IO, Protocol
 import networkx as nx
 
 from topologies.graphs import build, describe
-from topologies.host_templates import HostTemplates
+from topologies.host_templates import fork_on_host
 
 BACKENDS = ("mininet", "local")
 LOCAL_HOST = "local"
@@ -47,13 +47,6 @@ class MininetHosts:
     def __init__(self, net) -> None:  # noqa: ANN001 - a topologies.mininet_net.Network
         self.net = net
         self.emulation = net.emulation
-        self.templates = HostTemplates()  # chordpub commands with a log file are forked on each host
-
-    def __enter__(self) -> MininetHosts:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.templates.close()
 
     @property
     def names(self) -> list[str]:
@@ -69,8 +62,8 @@ class MininetHosts:
     def popen(self, host: str, argv: list[str], stdout: IO | int, stderr: IO | int) -> subprocess.Popen:
         node = self.net.net.get(host)
         if isinstance(getattr(stdout, "name", None), str) and isinstance(getattr(stderr, "name", None), str):
-            # output to files: a chordpub command is forked from the host's template
-            forked = self.templates.start(node, argv, stdout.name, None if stderr.name == stdout.name else stderr.name)
+            # output to files: a chordpub command is forked onto the host (topologies/host_templates.py)
+            forked = fork_on_host(node, argv, stdout.name, None if stderr.name == stdout.name else stderr.name)
             if forked is not None:
                 return forked
         # mnexec -da: into the host's namespaces; no new session here, or mnexec forks away from us
@@ -121,5 +114,4 @@ def open_hosts(backend: str, topo: str, delay_ms: float | None, seed: int | None
     from topologies.mininet_net import mininet_network
 
     with mininet_network(graph_for(topo, delay_ms, seed), workdir=workdir, emulation=emulation, seed=seed) as net:
-        with MininetHosts(net) as hosts:
-            yield hosts
+        yield MininetHosts(net)

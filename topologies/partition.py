@@ -35,7 +35,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from topologies.host_templates import HostTemplates
+from topologies.host_templates import fork_on_host
 
 PORT = 5555
 
@@ -78,7 +78,6 @@ class PartitionedRing:
     stabilize: float = 0.5
     procs: list[subprocess.Popen] = field(default_factory=list)
     nodes: dict[tuple[str, int], subprocess.Popen] = field(default_factory=dict)  # (host name, port) -> node
-    templates: HostTemplates = field(default_factory=HostTemplates)  # chordpub commands are forked on each host
 
     @property
     def side_a(self) -> list:
@@ -97,8 +96,8 @@ class PartitionedRing:
 
     def popen(self, host, *args: str, log: str | None = None, **kw) -> subprocess.Popen:  # noqa: ANN001, ANN003
         """`python ARGS` on `host`, its output to `log` in the work directory (None: pipes); a `chordpub`
-        command with a log is forked from the host's template."""
-        forked = self.templates.start(host, [sys.executable, *args], self.workdir / log) if log and not kw else None
+        command with a log is forked onto the host (topologies/host_templates.py)."""
+        forked = fork_on_host(host, [sys.executable, *args], self.workdir / log) if log and not kw else None
         if forked is not None:
             self.procs.append(forked)
             return forked
@@ -184,7 +183,6 @@ def partitioned_ring(a: int, b: int, workdir: Path, stabilize: float = 0.5,
             yield ring
         finally:
             stop_processes(ring.procs, grace=3)
-            ring.templates.close()
 
 
 def wait_main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ import pytest
 from dht.processes import stop_processes, wait_for
 from tests.helpers.linearizable import Op, linearizable
 from tests.mininet.conftest import host_left_clean
+from topologies.host_templates import fork_on_host
 from topologies.partition import PORT, chain, partitioned_ring
 
 pytestmark = pytest.mark.mininet
@@ -72,7 +73,7 @@ class Chaos:
         """Start `args` on host `number`: its stdout to `out`, its stderr there too (a .log) or beside it."""
         host = self.host(number)
         err = None if out.endswith(".log") else self.workdir / f"{Path(out).stem}.err"
-        forked = self.ring.templates.start(host, [sys.executable, *args], self.workdir / out, err)
+        forked = fork_on_host(host, [sys.executable, *args], self.workdir / out, err)
         if forked is not None:
             self.ring.procs.append(forked)
             return forked

@@ -6,7 +6,7 @@ two rings, each consistent alone, and the wait times out. Or make a prefix recor
 what it announces (`Announcements.apply` taking no field set): the pattern subscriber gets nothing of
 the new topic. (How the topic reaches it after the heal has several ways: the records merged by the
 hand-over tell their watchers, the watchers' renewals compare epochs, and a field whose owner changed is
-placed again; no one of them taken away fails this test.) Or let `HostTemplates.start` return None: the
+placed again; no one of them taken away fails this test.) Or let `fork_on_host` return None: the
 nodes are exec'd afresh on their hosts ("a node exec'd afresh").
 """
 

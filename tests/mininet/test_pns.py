@@ -47,7 +47,8 @@ def nearest_samples(ids: list[int], me: int, level: int, k: int, bits: int = 64)
 def test_the_live_node_picks_the_known_nearest_sample_on_a_hand_made_star(clean_host, tmp_path):
     keys = tmp_path / "keys.txt"
     keys.write_text("\n".join(f"star-{i}" for i in range(10)) + "\n")
-    with mininet_network(star(), workdir=tmp_path / "switches") as net, MininetHosts(net) as hosts:
+    with mininet_network(star(), workdir=tmp_path / "switches") as net:
+        hosts = MininetHosts(net)
         link = {net.names[f"x{i}"]: ms for i, ms in enumerate(LINK_MS)}
 
         def choices(nodes: list[dict], fingers: list[list[int | None]]) -> list[tuple]:
