@@ -75,8 +75,10 @@ def group_guard(command: str) -> list[str]:
     """argv of `sh -c command` that dies with its whole process group when its parent dies (with
     `die_with_parent_group`). PR_SET_PDEATHSIG reaches the shell alone, and a shell forks what it
     runs (`a; b`, pipes, most commands under dash): so the command runs in the background, stdin kept,
-    while the shell waits, and the shell's SIGTERM trap kills the group (itself last)."""
-    return ["/bin/sh", "-c", 'trap "kill -9 0" TERM; exec 3<&0; { ' + command + '\n} <&3 3<&- & wait $!']
+    while the shell waits, and the shell's SIGTERM trap kills the group (itself last). The command is
+    an argument, parsed on its own by `eval`: whatever it holds, it cannot end the guard's own script."""
+    return ["/bin/sh", "-c", 'trap "kill -9 0" TERM; exec 3<&0; eval "$1" <&3 3<&- & wait $!', "chordpub-guard",
+            command]
 
 
 def stop_processes(procs: Iterable[subprocess.Popen], grace: float = 5.0) -> None:

@@ -169,8 +169,9 @@ def _load(spark, files: TraceFiles, table: str):
     rows = table_rows(spark, files, table)
     if rows is None:
         return None, None, None
-    cached = rows.cache() if files.jsonl[table] else None  # Spark will not query a JSON source's
-    rows = cached if cached is not None else rows  # corrupt-record column uncached
+    # Spark will not query a JSON source's corrupt-record column uncached
+    cached = rows.cache() if files.jsonl[table] else None
+    rows = cached if cached is not None else rows
     names = [f.name for f in TABLES[table]]
     return (rows.filter(F.col("_problem").isNull()).select(*names),
             rows.filter(F.col("_problem").isNotNull()).select("_file", "_problem"), cached)
