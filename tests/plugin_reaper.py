@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 
 RUN_TAG = "CHORDPUB_TEST_RUN"
 NOTEBOOK_TAG = "CHORDPUB_TEST_NOTEBOOK"
+PASS_GAP = 0.05  # seconds between two scans for tagged processes
 
 
 def tagged(name: str, value: str) -> list[int]:
@@ -39,9 +41,21 @@ def tagged(name: str, value: str) -> list[int]:
     return found
 
 
-def kill_tagged(name: str, value: str) -> list[int]:
-    """SIGKILL every process tagged `name=value`; the pids killed (a child of ours among them is reaped)."""
-    pids = tagged(name, value)
+def kill_tagged(name: str, value: str, passes: int = 3) -> list[int]:
+    """SIGKILL every process tagged `name=value`; the pids killed (a child of ours among them is reaped).
+    A process in the midst of an exec shows no environment for that moment, and a process forked
+    meanwhile was not there to see: the scan is repeated (`passes`, PASS_GAP apart) until one finds none."""
+    pids: list[int] = []
+    for n in range(passes):
+        found = _kill(tagged(name, value))
+        pids += found
+        if n and not found:
+            break
+        time.sleep(PASS_GAP)
+    return pids
+
+
+def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -33,7 +33,11 @@ def test_a_process_a_notebook_left_in_a_session_of_its_own_dies_when_the_noteboo
                           text=True, check=True)
     pid = int(left.stdout)
     try:
-        assert _running(pid)
+        wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"), 10, what="sleep running")
+        tag = os.environ[plugin_reaper.NOTEBOOK_TAG]
+        assert pid in plugin_reaper.tagged(plugin_reaper.NOTEBOOK_TAG, tag), (
+            f"not tagged: {Path(f'/proc/{pid}/environ').read_bytes().count(tag.encode())} tags in its environment, "
+            f"its parent {Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[1]}")
         try:
             next(hook)
         except StopIteration:
