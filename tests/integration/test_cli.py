@@ -87,7 +87,8 @@ def test_bad_input_gives_one_clear_line(args, words):
 def test_a_dead_node_gives_one_clear_line(args):
     endpoint = dead_endpoint()
     extra = ("key",) if args[1] == "lookup" else ()
-    one_error_line(run_cli(*args, endpoint, *extra), endpoint)
+    one_error_line(run_cli(*args, endpoint, *extra, "--connect-timeout", "0.5"), endpoint)  # (the default's
+    # wait: test_bounded_waits)
 
 
 def test_node_leave_and_start(tmp_path):

@@ -97,8 +97,9 @@ def test_a_dead_via_is_one_line_quickly():
     port = dead.bind_to_random_port("tcp://127.0.0.1")
     dead.close(linger=0)
     for cmd in ("pub", "sub"):
-        proc = run_cli(cmd, "--via", f"127.0.0.1:{port}", "--topic", "t", "--seconds", "1", timeout=60) \
-            if cmd == "sub" else run_cli(cmd, "--via", f"127.0.0.1:{port}", "--topic", "t", "--message", "x")
+        quick = ("--via", f"127.0.0.1:{port}", "--topic", "t", "--connect-timeout", "0.5")
+        proc = run_cli(cmd, *quick, "--seconds", "1", timeout=60) if cmd == "sub" else run_cli(cmd, *quick,
+                                                                                                "--message", "x")
         one_error_line(proc, "no reply from")
 
 
