@@ -41,8 +41,8 @@ def _enter_namespaces(pid: int) -> None:
 
 
 def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, str],
-           namespaces_of: int | None = None) -> None:
-    """In the fork: become the command, as `python -m chordpub ARGV > LOG 2>ERR < /dev/null` in a new session
+           namespaces_of: int | None = None, module: str = "chordpub") -> None:
+    """In the fork: become the command, as `python -m MODULE ARGV > LOG 2>ERR < /dev/null` in a new session
     (ERR: LOG when None), in the namespaces of process `namespaces_of` when given."""
     code = 1
     try:
@@ -64,15 +64,22 @@ def _child(argv: list[str], log: str, err: str | None, cwd: str, env: dict[str, 
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # `ps`, `pgrep -f` and /proc/PID/cmdline show the command line, as an exec'd process's (set before
         # the environment changes: the title takes the room of the process's first environment)
-        setproctitle.setproctitle(shlex.join([sys.executable, "-m", "chordpub", *argv]))
+        setproctitle.setproctitle(shlex.join([sys.executable, "-m", module, *argv]))
         os.chdir(cwd)
         for gone in set(os.environ) - set(env):
             del os.environ[gone]
         os.environ.update(env)
-        sys.argv = [MAIN, *argv]  # (click names the program from it: "python -m chordpub", as when exec'd)
-        from chordpub.cli import main
+        if module == "chordpub":
+            sys.argv = [MAIN, *argv]  # (click names the program from it: "python -m chordpub", as when exec'd)
+            from chordpub.cli import main
 
-        main()
+            main()
+        else:
+            import runpy
+
+            sys.path.insert(0, cwd)  # (`python -m` finds a module of the directory it starts in)
+            sys.argv = [module, *argv]  # (runpy puts the module's file first, as `python -m` does)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -116,7 +123,7 @@ def serve() -> None:
             else:
                 if pid == 0:
                     _child(request["argv"], request["log"], request.get("err"), request["cwd"], request["env"],
-                           request.get("namespaces_of"))
+                           request.get("namespaces_of"), request.get("module", "chordpub"))
                 codes.pop(pid, None)  # a pid reused: what its last holder exited with is not this one's
                 reply = {"pid": pid}
         else:

@@ -100,19 +100,20 @@ class Spawner:
         return json.loads(line)
 
     def spawn(self, argv: list[str], log: str, cwd: str, err: str | None = None,
-              namespaces_of: int | None = None) -> ForkedProcess:
-        """`argv`: the command line after `chordpub` (as `python -m chordpub` takes it); its output appended
-        to the file `log`, its errors to `err` (None: to `log` too); in the network and mount namespaces of
-        process `namespaces_of` when given (an emulated host's: root only)."""
+              namespaces_of: int | None = None, module: str = "chordpub") -> ForkedProcess:
+        """`argv`: the command line after `chordpub` (as `python -m chordpub` takes it), or after `module`
+        (`python -m MODULE ARGV`: a script of this tree's that drives a Client, e.g. a test's helper); its
+        output appended to the file `log`, its errors to `err` (None: to `log` too); in the network and
+        mount namespaces of process `namespaces_of` when given (an emulated host's: root only)."""
         log, err = (None if p is None else os.path.abspath(p) for p in (log, err))  # (the template's cwd is its own)
         for path in {log, err or log}:  # there once this returns, as with Popen and a file opened for it
             with open(path, "ab"):
                 pass
         reply = self._ask({"op": "spawn", "argv": argv, "log": log, "err": err, "cwd": cwd, "env": dict(os.environ),
-                           "namespaces_of": namespaces_of})
+                           "namespaces_of": namespaces_of, "module": module})
         if "error" in reply:
             raise OSError(reply["error"])
-        return ForkedProcess(self, reply["pid"], [sys.executable, "-m", "chordpub", *argv])
+        return ForkedProcess(self, reply["pid"], [sys.executable, "-m", module, *argv])
 
     def status(self, pid: int) -> int | None:
         return self._ask({"op": "status", "pid": pid})["code"]
@@ -144,14 +145,14 @@ def shared() -> Spawner | None:
 
 
 def start(argv: list[str], log: str | os.PathLike, err: str | os.PathLike | None = None,
-          cwd: str | os.PathLike | None = None) -> subprocess.Popen | ForkedProcess:
-    """`chordpub ARGV` in a session of its own, stdin on /dev/null, its output appended to `log` and its
-    errors to `err` (None: to `log`): forked from this process's template where it can be, exec'd
-    otherwise."""
+          cwd: str | os.PathLike | None = None, module: str = "chordpub") -> subprocess.Popen | ForkedProcess:
+    """`chordpub ARGV` (or `python -m MODULE ARGV`) in a session of its own, stdin on /dev/null, its output
+    appended to `log` and its errors to `err` (None: to `log`): forked from this process's template where
+    it can be, exec'd otherwise."""
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
     if (spawner := shared()) is not None:
-        return spawner.spawn(argv, os.fspath(log), cwd, None if err is None else os.fspath(err))
+        return spawner.spawn(argv, os.fspath(log), cwd, None if err is None else os.fspath(err), module=module)
     with open(log, "ab") as out, open(err if err is not None else os.devnull, "ab") as errors:
-        return subprocess.Popen([sys.executable, "-m", "chordpub", *argv], stdout=out,
+        return subprocess.Popen([sys.executable, "-m", module, *argv], stdout=out,
                                 stderr=subprocess.STDOUT if err is None else errors, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=cwd)

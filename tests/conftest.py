@@ -15,7 +15,9 @@ from chordpub.launcher import LocalRing
 PERIOD = 0.2  # stabilization period used by the ring tests (seconds)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # the suite's longest chains, started first when it is spread over workers (pytest-xdist)
-FIRST = ("mininet", "spark", "test_chaos", "test_fuzz", "notebook")
+FIRST = ("mininet", "spark", "test_chaos", "test_fuzz", "notebook", "test_wildcards", "test_exactly_once_consumer",
+         "test_gateway")  # (the last three: the longest modules of ring tests, 60-120 s each; one of them started
+# last ran alone for 75 s after the other workers had finished)
 # last in their worker's queue: away from the suite's first minutes, when every long chain starts at once (a
 # node that had just joined answered no renewal for 7 s there, and 1,499 leases lapsed)
 LATE = ("tests/mininet/test_autoscale.py",)
@@ -151,6 +153,24 @@ def start_module_ring(tmp_path_factory, name: str, nodes: int, **options):  # no
         ring.stop()
 
 
+def start_ready(module: str, argv: list[str], out: Path, err: Path, ready: str, started: list | None = None,
+                timeout: float = 120.0):  # noqa: ANN201 - a Popen or a ForkedProcess
+    """`python -m MODULE ARGV` forked from the template (dht/spawner.py `start`: a test's helper starts as
+    cheaply as a node), its stdout to the new file `out` and its stderr to `err`, returned (and appended to
+    `started`) once it has printed the line `ready`; one that exits first fails the test with its errors."""
+    from dht.processes import wait_for
+    from dht.spawner import start
+
+    out.unlink(missing_ok=True)
+    p = start(argv, out, err, module=module)
+    if started is not None:
+        started.append(p)
+    said = f"{ready}\n"
+    wait_for(lambda: p.poll() is not None or said in out.read_text(), timeout, what=f"{module} {ready}")
+    assert p.poll() is None, f"{module} exited ({p.returncode}): {err.read_text()[-2000:]}"
+    return p
+
+
 @pytest.fixture
 def procs(tmp_path: Path):
     """spawn(name, *cli_args) -> a `chordpub` process (dht/spawner.py's `start`: a Popen or its forked
@@ -242,14 +262,11 @@ def worker_processes(tmp_path: Path):
 
     def start(name: str, via: str, topic: str, group: str, **options: object) -> tuple[subprocess.Popen, Path]:
         out = tmp_path / f"{name}.jsonl"
-        args = [sys.executable, "-m", "tests.helpers.worker", "--via", via, "--topic", topic, "--group", group,
-                "--out", str(out)]
+        args = ["--via", via, "--topic", topic, "--group", group, "--out", str(out)]
         for k, v in options.items():
             args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp_path / f"{name}.log", "w"),  # noqa: SIM115
-                             text=True, start_new_session=True)
-        started.append(p)
-        assert p.stdout.readline().strip() == "ready", (tmp_path / f"{name}.log").read_text()
+        p = start_ready("tests.helpers.worker", args, tmp_path / f"{name}.stdout", tmp_path / f"{name}.log", "ready",
+                        started)
         return p, out
 
     yield start

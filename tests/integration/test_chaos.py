@@ -22,10 +22,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ import pytest
 from chordpub.launcher import LocalRing, NodeProcess, wait_for
 from dht.client import DhtClient
 from dht.ids import key_id
+from dht.spawner import start as start_command
 from tests.conftest import jsonl
 from tests.helpers.positions import ids as position_ids
 from tests.helpers.positions import positions, rounds_of, survivable_kills, total
@@ -208,10 +209,7 @@ def start_reliable_pair(tmp_path, via: str, count: int, mode: str,  # noqa: ANN0
     """(c): `chordpub sub --reliable` first, then `chordpub pub --reliable` at 40 messages/s."""
     def spawn(name: str, *args: str) -> subprocess.Popen:
         name = f"{name}-{mode}"
-        out = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - the child owns it
-        err = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
-        return subprocess.Popen([sys.executable, "-m", "chordpub", *args], stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return start_command(list(args), tmp_path / f"{name}.out", tmp_path / f"{name}.log")  # (forked)
 
     trace = tmp_path / f"sub-{mode}.trace.jsonl"
     sub = spawn("sub", "sub", "--via", via, "--topic", topic, "--mode", mode, "--reliable", "--count", str(count),
@@ -309,12 +307,8 @@ def test_every_topic_lists_its_publisher_whenever_the_ring_says_consistent_after
     pubs = []
     try:
         for i, topic in enumerate(topics):
-            log = open(tmp_path / f"pub{i}.log", "w")  # noqa: SIM115 - the child owns it
-            pubs.append(subprocess.Popen(
-                [sys.executable, "-m", "chordpub", "pub", "--via", entries[i], "--topic", topic, "--count", "0",
-                 "--rate", "2", "--heartbeat", str(PERIOD)], stdout=subprocess.DEVNULL, stderr=log,
-                stdin=subprocess.DEVNULL, start_new_session=True))
-            log.close()
+            pubs.append(start_command(["pub", "--via", entries[i], "--topic", topic, "--count", "0", "--rate", "2",
+                                       "--heartbeat", str(PERIOD)], os.devnull, tmp_path / f"pub{i}.log"))
 
         def listed(via: str) -> dict[str, int]:
             with DhtClient(via, timeout=PERIOD, retries=1) as client:

@@ -14,6 +14,7 @@ import pytest
 from chordpub import Client, Message
 from chordpub.launcher import stop_processes, wait_for
 from dht.client import DhtClient, DhtError
+from dht.spawner import start as start_command
 from pubsub.directory import topic_info
 from tests.conftest import IN_CI, start_module_ring
 
@@ -76,12 +77,11 @@ def test_one_client_follows_2000_topics_of_20_publishing_clients_with_at_most_16
     files = {k: tmp_path / k for k in ("go", "done")}
     try:
         for p in range(n_procs):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.helpers.publishers", "--via", ring.nodes[p % 4].endpoint,
-                 "--clients", str(clients_per_proc), "--topics", str(topics_per_client),
-                 "--first", str(p * clients_per_proc * topics_per_client), "--messages", str(messages),
-                 "--ready", str(tmp_path / f"ready{p}"), "--go", str(files["go"]), "--done", str(files["done"])],
-                cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True))
+            procs.append(start_command(
+                ["--via", ring.nodes[p % 4].endpoint, "--clients", str(clients_per_proc), "--topics",
+                 str(topics_per_client), "--first", str(p * clients_per_proc * topics_per_client), "--messages",
+                 str(messages), "--ready", str(tmp_path / f"ready{p}"), "--go", str(files["go"]), "--done",
+                 str(files["done"])], tmp_path / f"publishers{p}.log", cwd=ROOT, module="tests.helpers.publishers"))
         wait_for(lambda: all((tmp_path / f"ready{p}").exists() for p in range(n_procs)) or any(
             x.poll() is not None for x in procs), timeout=240, what="publishers advertised")
         assert all(x.poll() is None for x in procs), "a publisher process died"

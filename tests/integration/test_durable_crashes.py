@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import wait_for
+from dht.spawner import start as start_command
 from pubsub.delivery import COMMIT_EVERY
 from pubsub.durable import DataDir
 from tests.conftest import JsonlTail, jsonl, start_module_ring
@@ -59,9 +59,7 @@ def test_a_durable_subscriber_killed_twice_behind_a_lossy_link_misses_nothing(ri
     committed_at_kill: list[int] = []
 
     def start(i: int) -> subprocess.Popen:
-        with open(outs[i], "w") as out:
-            p = subprocess.Popen([sys.executable, "-m", "chordpub", *sub_args(via, "crash", data)], stdout=out,
-                                 stderr=open(tmp_path / f"run{i}.err", "w"), start_new_session=True)  # noqa: SIM115
+        p = start_command(sub_args(via, "crash", data), outs[i], tmp_path / f"run{i}.err")  # (forked: dht/spawner.py)
         runs.append(p)
         return p
 

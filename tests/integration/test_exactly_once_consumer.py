@@ -32,7 +32,7 @@ import pytest
 
 from chordpub import Client
 from chordpub.launcher import wait_for
-from tests.conftest import start_module_ring
+from tests.conftest import start_module_ring, start_ready
 
 HB = 0.3
 TOTAL = 50_000
@@ -116,9 +116,8 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
     via = ring.nodes[0].endpoint
     db, topic = tmp_path / "app.sqlite3", f"ledger-{int(commit_with)}"
     table = TableTail(db)
-    sub_cmd = [sys.executable, "-m", "tests.helpers.tx_subscriber", "--via", via, "--topic", topic, "--db", str(db),
-               "--name", "books", "--work-ms", "0.2",
-               *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
+    sub_args = ["--via", via, "--topic", topic, "--db", str(db), "--name", "books", "--work-ms", "0.2",
+                *(["--commit-with"] if commit_with else ["--data-dir", str(tmp_path / "sub")])]
     pub_cmd = [sys.executable, "-m", "chordpub", "pub", "--via", via, "--topic", topic, "--stdin", "--reliable",
                "--msg-id-field", "id", "--data-dir", str(tmp_path / "pub"), "--heartbeat", str(HB), "--linger", "60"]
     rng = random.Random(7)
@@ -128,10 +127,8 @@ def crash_run(ring, tmp_path: Path, commit_with: bool) -> list[tuple[str, str, i
     mid_callback: list[bool] = []
 
     def start_sub() -> subprocess.Popen:
-        p = subprocess.Popen(sub_cmd, stdout=subprocess.PIPE, stderr=open(tmp_path / "sub.err", "a"))  # noqa: SIM115
-        subs.append(p)
-        assert p.stdout.readline() == b"subscribed\n", (tmp_path / "sub.err").read_text()
-        return p
+        return start_ready("tests.helpers.tx_subscriber", sub_args, tmp_path / f"sub{len(subs)}.out",
+                           tmp_path / "sub.err", "subscribed", subs)
 
     errors: list[BaseException] = []
 
@@ -234,13 +231,10 @@ def test_a_group_acking_with_commit_with_applies_each_message_once_while_a_membe
     members: list[subprocess.Popen] = []
 
     def start(i: int) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-m", "tests.helpers.worker", "--via", via, "--topic", topic, "--group",
-                              "billing", "--out", str(tmp_path / f"m{i}.jsonl"), "--db", str(db), "--heartbeat",
-                              str(HB), "--prefetch", "50"],
-                             stdout=subprocess.PIPE, stderr=open(tmp_path / f"m{i}.err", "a"))  # noqa: SIM115
-        members.append(p)
-        assert p.stdout.readline() == b"ready\n", (tmp_path / f"m{i}.err").read_text()[-2000:]
-        return p
+        return start_ready("tests.helpers.worker", ["--via", via, "--topic", topic, "--group", "billing", "--out",
+                                                    str(tmp_path / f"m{i}.jsonl"), "--db", str(db), "--heartbeat",
+                                                    str(HB), "--prefetch", "50"],
+                           tmp_path / f"m{i}-{len(members)}.out", tmp_path / f"m{i}.err", "ready", members)
 
     def applied() -> list[str]:
         if not db.exists():

@@ -12,7 +12,8 @@ dead node running, as the chaos tests' lookup threads did), or make
 `Spawner.usable` ignore the environment (a node started after PYTHONPATH changed is forked with the
 template's, not exec'd), or give the fork the template's own `sys.argv[0]` (`[MAIN, *argv]` ->
 `["chordpub", *argv]`: its usage line names another program), or send its errors to its output file
-(`(log, err or log)` -> `(log, log)`).
+(`(log, err or log)` -> `(log, log)`), or run a forked module from the template's directory rather than the
+launcher's (drop `sys.path.insert(0, cwd)`: the test's own module is not found).
 """
 
 from __future__ import annotations
@@ -82,3 +83,21 @@ def test_a_forked_command_prints_and_exits_as_an_exec_d_one(tmp_path, monkeypatc
     assert (code, printed) == (2, ""), seen
     assert said.startswith("Usage: python -m chordpub pub "), said
     assert seen["1"] == seen["0"], "a forked command's usage error is the exec'd one's"
+
+
+def test_a_forked_module_of_this_tree_runs_as_python_dash_m_runs_it(tmp_path, monkeypatch):
+    """A test's helper (`python -m tests.helpers.X`) forked as a command is: its arguments, its output
+    and errors, its exit status, and the name `ps` shows, whether the template forked it or it was exec'd."""
+    (tmp_path / "helper_here.py").write_text(
+        "import sys\nprint('args', sys.argv[1:], sys.argv[0].endswith('helper_here.py'))\n"
+        "print('to err', file=sys.stderr)\nsys.exit(int(sys.argv[1]))\n")
+    seen = {}
+    for way in ("1", "0"):
+        monkeypatch.setenv("CHORDPUB_FORK", way)
+        out, err = tmp_path / f"out{way}", tmp_path / f"err{way}"
+        proc = spawner.start(["3", "x y"], out, err=err, cwd=tmp_path, module="helper_here")
+        assert isinstance(proc, spawner.ForkedProcess) == (way == "1")
+        assert proc.args[-4:] == ["-m", "helper_here", "3", "x y"]
+        seen[way] = (proc.wait(30), out.read_text(), err.read_text())
+    assert seen["1"] == (3, "args ['3', 'x y'] True\n", "to err\n"), seen
+    assert seen["1"] == seen["0"]

@@ -25,6 +25,7 @@ import pytest
 from chordpub import Client
 from chordpub.launcher import wait_for
 from dht.client import DhtClient
+from dht.spawner import start as start_command
 from pubsub import io_loop
 from pubsub.coalescing import COALESCE_MAX
 from pubsub.io_loop import BATCH
@@ -738,14 +739,12 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
     n, clients = 10_000, 4
     files = {k: tmp_path / k for k in ("ready", "go", "done")}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.publishers", "--via", via,
-                             "--clients", str(clients), "--topics", str(n // clients),
-                             "--prefix", "mem/", "--heartbeat", "2.0", "--lazy", "--announce",
-                             # 10,000 registrations and their renewals beside a loaded suite: announcements that
-                             # lapsed at a busy owner (a lease of 3 s) were missing from the pattern's first read
-                             "--timeout", "60",
-                             *[a for k, f in files.items() for a in (f"--{k}", str(f))]],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "pub.log", "w"))  # noqa: SIM115
+    proc = start_command(["--via", via, "--clients", str(clients), "--topics", str(n // clients),
+                          "--prefix", "mem/", "--heartbeat", "2.0", "--lazy", "--announce",
+                          # 10,000 registrations and their renewals beside a loaded suite: announcements that
+                          # lapsed at a busy owner (a lease of 3 s) were missing from the pattern's first read
+                          "--timeout", "60", *[a for k, f in files.items() for a in (f"--{k}", str(f))]],
+                         os.devnull, tmp_path / "pub.log", module="tests.helpers.publishers")
     try:
         letters: list = []
         with Client(via, heartbeat=BULK_HB, on_dead_letter=letters.append) as client:
