@@ -1,6 +1,6 @@
 """`make mutants`: every mutant docs/testing.md lists must make its test fail, 5 runs out of 5.
 
-    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--jobs N] [--start N]
+    python -m tests.mutants [--runs 5] [--only WORD] [--list] [--jobs N] [--start N] [--log FILE]
 
 docs/testing.md lists the mutants in one YAML block (after the line "```yaml mutants"): for each, the
 test to run (pytest node ids, space-separated), the file to change, the text to replace (it must
@@ -9,7 +9,9 @@ what the failure says. Each mutant is applied to a scratch copy of the work tree
 its own (a virtual environment layered on this one's packages, whose `chordpub` is the copy's), so
 that the node and client processes a test starts run the mutant too. A mutant is caught when its test
 fails in every run; one passing run is enough to call it missed (the later runs are skipped). Prints
-one line per mutant, and exits 1 when any was missed or stale.
+one line per mutant, and exits 1 when any was missed or stale. With `--log FILE` each line is also
+appended to FILE, and a mutant FILE already calls caught is not judged again: a run of hours that is
+interrupted goes on where it stopped when the same command is given again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +56,14 @@ def listed(doc: Path = DOC) -> list[Mutant]:
     start = text.index(FENCE) + len(FENCE)
     block = text[start:text.index("```", start)]
     return [Mutant(m["test"], m["file"], m["replace"], m["with"], m["says"]) for m in yaml.safe_load(block)]
+
+
+def caught_before(log: Path) -> set[str]:
+    """The names of the mutants an earlier run's log calls caught."""
+    if not log.exists():
+        return set()
+    found = (re.match(r"\[\d+/\d+\] caught +(.*)  \[", line) for line in log.read_text().splitlines())
+    return {m.group(1) for m in found if m}
 
 
 def scratch_copy(into: Path) -> Path:
@@ -148,6 +159,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1,
                     help="Mutants judged at once, each in a scratch copy of its own (most tests wait on "
                          "processes and sockets more than they compute: 2-3 suit two cores).")
+    ap.add_argument("--log", type=Path, help="Append each verdict to this file, and skip the mutants it "
+                                             "already calls caught (to resume an interrupted run).")
     args = ap.parse_args()
     if min(args.jobs, args.runs, args.start) < 1:
         ap.error("--jobs, --runs and --start must be at least 1")
@@ -157,8 +170,13 @@ def main() -> None:
             print(f"{m.test}\n    {m.name}\n    says: {m.says}")
         return
     todo: queue.Queue[tuple[int, Mutant]] = queue.Queue()
-    for item in list(enumerate(mutants, 1))[args.start - 1:]:
-        todo.put(item)
+    done = caught_before(args.log) if args.log else set()
+    earlier = 0
+    for i, m in list(enumerate(mutants, 1))[args.start - 1:]:
+        if m.name in done:
+            earlier += 1
+        else:
+            todo.put((i, m))
     missed: list[str] = []
     lock = threading.Lock()
 
@@ -174,10 +192,14 @@ def main() -> None:
             except queue.Empty:
                 return
             verdict, seconds = judge(tree, venv, m, args.runs, args.timeout)
+            line = f"[{i}/{len(mutants)}] {verdict:8} {m.name}  [{m.test}]  {seconds:.0f} s"
             with lock:
                 if verdict != "caught":
                     missed.append(m.name)
-                print(f"[{i}/{len(mutants)}] {verdict:8} {m.name}  [{m.test}]  {seconds:.0f} s", flush=True)
+                print(line, flush=True)
+                if args.log:
+                    with args.log.open("a") as log:
+                        print(line, file=log)
 
     with tempfile.TemporaryDirectory(prefix="chordpub-mutants-") as tmp:
         threads = [threading.Thread(target=worker, args=(Path(tmp) / f"job{j}",)) for j in range(args.jobs)]
@@ -186,7 +208,8 @@ def main() -> None:
         for t in threads:
             t.join()
     judged = len(mutants) - args.start + 1
-    print(f"{judged - len(missed)} of {judged} mutants caught in {args.runs} of {args.runs} runs")
+    before = f" ({earlier} of them in an earlier run, by {args.log})" if earlier else ""
+    print(f"{judged - len(missed)} of {judged} mutants caught in {args.runs} of {args.runs} runs{before}")
     sys.exit(1 if missed else 0)
 
 

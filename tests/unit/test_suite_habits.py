@@ -51,6 +51,18 @@ def test_every_mutant_finds_its_text_once():
     assert not stale, stale
 
 
+def test_a_resumed_mutants_run_skips_only_what_its_log_calls_caught(tmp_path):
+    from tests.mutants import caught_before
+    from tests.mutants import listed as mutants
+
+    first, second = mutants()[:2]
+    log = tmp_path / "mutants.log"
+    log.write_text(f"[1/9] caught   {first.name}  [{first.test}]  40 s\n"
+                   f"[2/9] MISSED (passed on run 3) {second.name}  [{second.test}]  90 s\n")
+    assert caught_before(log) == {first.name}
+    assert caught_before(tmp_path / "none.log") == set()
+
+
 PACKAGES = ("dht", "pubsub", "sim", "topologies", "traces", "chordpub", "tests", "benchmarks", "examples")
 LONG = 420  # "no file past ~400 lines without a reason written at its top"
 
