@@ -177,7 +177,10 @@ def pub(
         reload_on_sighup([client.publishing.policy] if client.publishing.policy else [])
         say_metrics(client)
         try:
-            for t in topic:
+            if len(topic) > 1 and strength is None and mode == "direct" and not archive:
+                client.advertise_many(topic, history=history or 0, reliable=reliable, retain_messages=retain_messages,
+                                      retain_seconds=retain_seconds, retain_bytes=retain_bytes)
+            for t in topic:  # (each advertised above is in place: advertise returns at once for it)
                 client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
                                  retain_messages=retain_messages, retain_seconds=retain_seconds,
                                  retain_bytes=retain_bytes, archive=archive)

@@ -225,6 +225,16 @@ class Client(ConsensusFace):
             if fence is not None and (held is None or held.fence is not fence):
                 self._drop_election(fence)
 
+    def advertise_many(self, topics: Iterable[str], *, history: int = 0, reliable: bool = False,
+                       retain_messages: int | None = None, retain_seconds: float | None = None,
+                       retain_bytes: int | None = None, timeout: float | None = None) -> None:
+        """`advertise` each of `topics` with the same terms (direct mode, not exclusive), their
+        registrations sent together and batched per owner: returns once each is in place as `advertise`
+        returns, in about the time of one. Raises for the first topic that failed (the others stay
+        advertised)."""
+        self.publisher.advertise_many(topics, history=history, reliable=reliable, retain_messages=retain_messages,
+                                      retain_seconds=retain_seconds, retain_bytes=retain_bytes, timeout=timeout)
+
     def publish(self, topic: str, payload: bytes | str, *, key: str | None = None,
                 priority: int = DEFAULT_PRIORITY, msg_id: str | None = None) -> int:
         """Send one message on `topic` to its subscribers (and to one member of each consumer group);

@@ -19,7 +19,7 @@ from typing import Any
 
 from dht.client import DhtError
 from dht.subjects import announced_at, check_publishable
-from pubsub.advertising import MAX_HELD, Advertiser, Answer, Registering
+from pubsub.advertising import MAX_FILTER_WAIT, MAX_HELD, Advertiser, Answer, Registering
 from pubsub.archive import ArchiveFeed
 from pubsub.dedup import Published, check_msg_id
 from pubsub.directory import GRP, LEASE_HEARTBEATS, PUB, SUB, PublisherEntry
@@ -102,6 +102,48 @@ class Publisher:
             self._register(topic, pub, mode, archive, wait)
         finally:
             self._done_advertising(topic)
+
+    def advertise_many(self, topics: Iterable[str], *, history: int = 0, reliable: bool = False,
+                       retain_messages: int | None = None, retain_seconds: float | None = None,
+                       retain_bytes: int | None = None, timeout: float | None = None) -> None:
+        """`advertise` each of `topics` with the same terms (direct mode): their registrations go out
+        together, batched per owner on the advertiser's thread as a burst of first publishes' do, and
+        this returns once each is in place as `advertise` would have returned for it. One after another,
+        each waited a round trip and its subscribers' filters before the next began (a publisher of 200
+        topics spent seconds of its start-up there). Raises as `advertise` does for the first topic that
+        failed (DhtError, a policy's refusal included: the log says why); the others stay advertised."""
+        self._check_open()
+        wanted = list(dict.fromkeys(check_publishable(check_topic(t)) for t in topics))
+        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
+        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
+                                 defaults.seconds if retain_seconds is None else retain_seconds,
+                                 defaults.bytes if retain_bytes is None else retain_bytes)
+        wait = self.timeout if timeout is None else timeout
+        begun = []
+        with self._lock:
+            for topic in wanted:
+                pub = Publication(topic, self.id, history, reliable, None, "direct", bounds, False)
+                held = self.publishing.publications.get(topic)
+                if held is not None and ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
+                                         != (pub.history_size, None, "direct", pub.bounds, False)):
+                    raise ValueError(f"{topic!r} is already advertised with other terms "
+                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
+            for topic in wanted:
+                if topic not in self.publishing.publications:
+                    pub = Publication(topic, self.id, history, reliable, None, "direct", bounds, False)
+                    self.publishing.add(pub)
+                    self.publishing.hold(topic)
+                    self._advertising.add(topic)
+                    begun.append((topic, pub))
+        for topic, pub in begun:
+            self.advertiser.begin(topic, self._begin_bound, pub)
+        with self._lock:  # the answers within `wait`, then the filters within the advertiser's own bound
+            self._settled.wait_for(lambda: self._advertising.isdisjoint(wanted),
+                                   wait + self.advertiser.filter_wait + MAX_FILTER_WAIT)
+            failed = [t for t in wanted if t in self._advertising or t not in self.publishing.publications]
+        if failed:
+            raise DhtError(f"could not register topic {failed[0]!r} via {self.via} within {wait:g}s"
+                           + (f" ({len(failed) - 1} more topics failed too)" if len(failed) > 1 else ""))
 
     def _done_advertising(self, topic: str) -> None:
         with self._lock:

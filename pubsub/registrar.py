@@ -364,11 +364,28 @@ class Registrar:
                 reg.need_read = False
                 reg.read_at = now
                 self._set_publishers(reg, result.get("fields"), epoch)
-            elif reg.watch and epoch != reg.epoch:
+            elif reg.watch and self._behind(reg, epoch):
                 reg.need_read = True
             if first and reg.paged is None:  # (a renewal answered while a read is paging: not yet)
                 callback, reg.on_placed = reg.on_placed, None
                 callback(reg)
+
+    @staticmethod
+    def _behind(reg: Registration, epoch: object) -> bool:
+        """Whether a renewal's epoch says that our view of the record missed a change. An owner ahead of
+        us is usually one whose events are on their way (a burst of changes keeps every renewal a
+        little ahead of them, and a read of a prefix record of thousands of fields at each heartbeat
+        cost more than the burst): only a renewal that finds us still short of the epoch the one before
+        saw, or an owner whose clock went back, calls for a read."""
+        seen, reg.seen_epoch = reg.seen_epoch, None
+        if epoch == reg.epoch:
+            return False
+        if reg.epoch is None or not isinstance(epoch, int) or epoch < reg.epoch:
+            return True
+        if seen is not None and reg.epoch < seen:
+            return True
+        reg.seen_epoch = epoch
+        return False
 
     @staticmethod
     def _paged(reg: Registration, result: dict, epoch: object, now: float) -> bool:
@@ -456,9 +473,11 @@ class Registrar:
             return False
         if reg.epoch is not None and epoch <= reg.epoch:
             return False  # older than what we read
-        if reg.epoch is None or prev != reg.epoch:
+        if reg.epoch is None or not isinstance(prev, int) or not prev <= reg.epoch:
             reg.need_read = True  # made from a state we never saw: we missed a change, so read it whole
             return False
+        # (prev < our epoch: a read of ours fell within the changes this frame gathers; each field's last
+        # word in it, laid over the state we read, is the state at its epoch)
         if reg.namespace != PUB:  # the watcher keeps its own view: it gets the change alone
             reg.delta = ({k: v for k, v in sets.items() if isinstance(k, str) and k.startswith(reg.namespace)},
                          [n for n in dels if isinstance(n, str)])

@@ -34,6 +34,7 @@ class Registration:
     placed: bool = False
     need_read: bool = False
     epoch: int | None = None
+    seen_epoch: int | None = None  # the owner's epoch at the last renewal, when ahead of ours (events on their way)
     publishers: dict[str, PublisherEntry] = field(default_factory=dict)
     relay: str | None = None
     events: str | None = None  # the events endpoint we listen to for this record

@@ -32,3 +32,37 @@ def test_a_change_from_the_state_we_hold_is_applied_and_a_gap_asks_for_a_read(pa
     assert parts.registrar.apply_event(frame(Change("t", PUB + b.id, b.to_bytes(), 12, 11),
                                              Change("t", PUB + a.id, None, 14, 12)))
     assert set(reg.publishers) == {b.id} and reg.epoch == 14
+
+
+def test_a_frame_gathering_changes_around_our_read_is_applied_whole(parts):
+    """A read can land amid the changes one frame gathers (prev < our epoch < its epoch): each field's
+    last word in the frame, laid over what we read, is the state at its epoch, so it is applied, not
+    read again. To see it fail, ask for a read whenever `prev` is not our epoch: the last assertion."""
+    reg = Registration("t", "sub/direct/me", b"", watch=True, placed=True, epoch=12)
+    parts.registrar.watching["t"] = reg
+    a, b, c = entry(1), entry(2), entry(3)
+    reg.publishers = {a.id: a, b.id: b}  # read at 12: a (set at 11) and b (set at 12)
+    assert parts.registrar.apply_event(frame(Change("t", PUB + b.id, b.to_bytes(), 12, 11),
+                                             Change("t", PUB + a.id, None, 13, 12),
+                                             Change("t", PUB + c.id, c.to_bytes(), 14, 13)))
+    assert set(reg.publishers) == {b.id, c.id} and reg.epoch == 14 and not reg.need_read
+
+
+def test_a_renewal_ahead_of_our_view_reads_only_when_the_events_do_not_catch_up():
+    """A renewal that finds the owner's epoch ahead of ours waits one more renewal for the events on
+    their way; it reads then only if they still have not brought us to the epoch it saw (a burst of
+    announcements kept every renewal a little ahead, and each read a prefix record of thousands of
+    fields). An owner whose epoch went back is read at once. To see it fail, read whenever a renewal is
+    ahead (`Registrar._behind` true past the equal epochs): the second assertion."""
+    from pubsub.registrar import Registrar
+
+    reg = Registration("t", "pat/me", b"", watch=True, placed=True, epoch=10)
+    assert not Registrar._behind(reg, 10)
+    assert not Registrar._behind(reg, 15)  # ahead: the events may be on their way
+    reg.epoch = 15  # they came
+    assert not Registrar._behind(reg, 18)
+    assert Registrar._behind(reg, 19)  # still short of 18 a renewal later: read
+    reg.epoch = 19
+    assert Registrar._behind(reg, 3)  # the owner's clock went back
+    reg.epoch = None
+    assert Registrar._behind(reg, 19)  # never read

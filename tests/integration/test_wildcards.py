@@ -442,6 +442,34 @@ def test_a_topic_with_a_wildcard_level_cannot_be_published(ring):
         assert c.publications == {}
 
 
+def test_advertise_many_returns_with_every_topics_subscribers_in_place(ring):
+    """`advertise_many` sends 200 topics' registrations together and returns, like `advertise`, once the
+    subscribers the ring knows of (a pattern's, an exact one's) have their filters at our socket; a
+    topic already advertised with other terms, or with a wildcard level, is refused before anything
+    is sent.
+
+    To see it fail, do not wait for the topics (`Publisher.advertise_many`'s wait ending at once): it
+    returns with their registrations still under way and says it could not register them."""
+    topics = [f"many/{i}/t" for i in range(200)]
+    with Client(ring.nodes[0].endpoint, heartbeat=HB) as listener, Client(ring.nodes[1].endpoint,
+                                                                           heartbeat=HB) as c:
+        pattern, seven = listener.subscribe("many/*/t"), listener.subscribe("many/7/t")
+        c.advertise_many(topics, reliable=True)
+        counts = c.publisher.publishing.in_place_many(topics)
+        assert [t for t in topics if counts[t] < 1 + (t == "many/7/t")] == []
+        assert all(c.publications[t].reliable for t in topics)
+        for t in topics:
+            c.publish(t, t)
+        got: list = []
+        drain(pattern, got, len(topics))
+        assert sorted(m.text for m in got) == sorted(topics) and seven.get(timeout=5).text == "many/7/t"
+        with pytest.raises(ValueError, match="other terms"):
+            c.advertise_many(["many/0/t", "many/new/t"], history=5)
+        with pytest.raises(ValueError, match="wildcard level"):
+            c.advertise_many(["many/x/t", "many/*/t"])
+        assert "many/new/t" not in c.publications and "many/x/t" not in c.publications
+
+
 def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactly(ring, procs, tmp_path):
     """The acceptance scale: 10 publisher processes, 1,000 devices each publishing dev/<i>/temp and
     dev/<i>/hum, 20 messages a topic. `dev/*/temp` gets exactly the 20,000 temp messages and no hum,
