@@ -47,6 +47,7 @@ RETRY = 0.2  # seconds before a placement that failed is tried again
 PLACE_WAIT = 2.0  # seconds an owner has to answer a placement (a renewal: one heartbeat) ...
 MIN_PLACE_WAIT = 0.25  # ... or less, down to this, so that renewals stay at most two heartbeats apart
 EVENTS_BATCH = 1000
+EVENTS_GRACE = 0.2  # seconds (half a heartbeat at most) a renewal ahead of us leaves the change frames to come
 ENTRY_WAIT = 0.5  # seconds the entry node has to tell its links when a Client starts (then placements look)
 
 
@@ -138,7 +139,7 @@ class Registrar:
         reg = self.watching.get(topic)
         now = time.monotonic()
         if reg is not None and reg.placed and now >= reg.read_at + self.heartbeat / 10:
-            reg.need_read = True
+            reg.need_read, reg.catch_up = True, None
 
     def _forget(self, reg: Registration) -> None:
         if reg.watch and self.watching.get(reg.topic) is reg:
@@ -221,7 +222,8 @@ class Registrar:
         a lookup each would hold this thread, and the renewals of the rest, for seconds). Lookups stop
         at `until` (the next renewal is due): the fields left wait for the next call."""
         now = time.monotonic()
-        todo = [r for r in self.regs.values() if (not r.placed or r.need_read) and r.retry_at <= now]
+        todo = [r for r in self.regs.values()
+                if (not r.placed or r.need_read) and r.retry_at <= now and not (r.placed and self.caught_up(r))]
         if not todo:
             return
         try:
@@ -361,31 +363,32 @@ class Registrar:
                 reg.fields = fields if isinstance(fields, dict) else {}
                 reg.need_read = False
             elif "fields" in result:
-                reg.need_read = False
+                reg.need_read, reg.catch_up = False, None
                 reg.read_at = now
                 self._set_publishers(reg, result.get("fields"), epoch)
-            elif reg.watch and self._behind(reg, epoch):
-                reg.need_read = True
+            elif reg.watch and epoch != reg.epoch and not reg.need_read:
+                self.read_unless_caught_up(reg, epoch, now, min(EVENTS_GRACE, self.heartbeat / 2))
             if first and reg.paged is None:  # (a renewal answered while a read is paging: not yet)
                 callback, reg.on_placed = reg.on_placed, None
                 callback(reg)
 
     @staticmethod
-    def _behind(reg: Registration, epoch: object) -> bool:
-        """Whether a renewal's epoch says that our view of the record missed a change. An owner ahead of
-        us is usually one whose events are on their way (a burst of changes keeps every renewal a
-        little ahead of them, and a read of a prefix record of thousands of fields at each heartbeat
-        cost more than the burst): only a renewal that finds us still short of the epoch the one before
-        saw, or an owner whose clock went back, calls for a read."""
-        seen, reg.seen_epoch = reg.seen_epoch, None
-        if epoch == reg.epoch:
+    def read_unless_caught_up(reg: Registration, epoch: object, now: float, grace: float) -> None:
+        """A renewal found the owner's epoch other than ours: read the record. When the owner is ahead, its
+        change frames are usually on their way (a burst of changes keeps every renewal a little ahead
+        of them, and a prefix record of thousands of topics read whole at each heartbeat cost more than
+        the burst): the read waits `grace`, and `caught_up` calls it off if they came meanwhile."""
+        reg.need_read = True
+        if reg.epoch is not None and isinstance(epoch, int) and epoch > reg.epoch:
+            reg.catch_up, reg.retry_at = epoch, max(reg.retry_at, now + grace)
+
+    @staticmethod
+    def caught_up(reg: Registration) -> bool:
+        """Whether a read that waited for change frames is called off: they brought us to the epoch."""
+        if reg.catch_up is None or reg.epoch is None or reg.epoch < reg.catch_up:
             return False
-        if reg.epoch is None or not isinstance(epoch, int) or epoch < reg.epoch:
-            return True
-        if seen is not None and reg.epoch < seen:
-            return True
-        reg.seen_epoch = epoch
-        return False
+        reg.need_read, reg.catch_up = False, None
+        return True
 
     @staticmethod
     def _paged(reg: Registration, result: dict, epoch: object, now: float) -> bool:
@@ -397,7 +400,7 @@ class Registrar:
         if reg.paged is None:
             reg.paged, reg.paged_epoch = {}, epoch
         reg.paged.update(page)
-        reg.read_after, reg.need_read, reg.retry_at = after, True, now
+        reg.read_after, reg.need_read, reg.retry_at, reg.catch_up = after, True, now, None
         return True
 
     def _refused(self, reg: Registration, err: str) -> None:
@@ -474,7 +477,7 @@ class Registrar:
         if reg.epoch is not None and epoch <= reg.epoch:
             return False  # older than what we read
         if reg.epoch is None or not isinstance(prev, int) or not prev <= reg.epoch:
-            reg.need_read = True  # made from a state we never saw: we missed a change, so read it whole
+            reg.need_read, reg.catch_up = True, None  # made from a state we never saw: we missed a change
             return False
         # (prev < our epoch: a read of ours fell within the changes this frame gathers; each field's last
         # word in it, laid over the state we read, is the state at its epoch)

@@ -34,7 +34,7 @@ class Registration:
     placed: bool = False
     need_read: bool = False
     epoch: int | None = None
-    seen_epoch: int | None = None  # the owner's epoch at the last renewal, when ahead of ours (events on their way)
+    catch_up: int | None = None  # a read due only if the change frames have not brought us to this epoch by then
     publishers: dict[str, PublisherEntry] = field(default_factory=dict)
     relay: str | None = None
     events: str | None = None  # the events endpoint we listen to for this record

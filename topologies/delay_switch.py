@@ -148,7 +148,6 @@ def serve(ports: list[Port], seed: int | None = None, ready_file: Path | None = 
                     stats["errors"] += 1
             timeout = min(max(queue[0][0] - now, 0.0), 0.5) if queue else 0.5
             ready, _, _ = select.select(listening, [], [], timeout)
-            now = time.monotonic()
             for sock in ready:
                 i = index[sock.fileno()]
                 while True:
@@ -163,7 +162,9 @@ def serve(ports: list[Port], seed: int | None = None, ready_file: Path | None = 
                     if addr[2] == PACKET_OUTGOING:
                         continue
                     stats["received"] += 1
-                    plan = forwarder.route(i, data[VNET_HDR_LEN:], now)
+                    # the clock read for each frame as it is taken: one read for a whole batch let the
+                    # frames taken after it leave early (a 10 ms path measured 9.88 ms on a loaded machine)
+                    plan = forwarder.route(i, data[VNET_HDR_LEN:], time.monotonic())
                     if not plan:
                         stats["dropped"] += 1
                     for due, out in plan:

@@ -49,20 +49,25 @@ def test_a_frame_gathering_changes_around_our_read_is_applied_whole(parts):
 
 
 def test_a_renewal_ahead_of_our_view_reads_only_when_the_events_do_not_catch_up():
-    """A renewal that finds the owner's epoch ahead of ours waits one more renewal for the events on
-    their way; it reads then only if they still have not brought us to the epoch it saw (a burst of
-    announcements kept every renewal a little ahead, and each read a prefix record of thousands of
-    fields). An owner whose epoch went back is read at once. To see it fail, read whenever a renewal is
-    ahead (`Registrar._behind` true past the equal epochs): the second assertion."""
+    """A renewal that finds the owner's epoch ahead of ours leaves the change frames on their way a
+    moment before it reads (a burst of announcements kept every renewal a little ahead of them, and
+    each read was a prefix record of thousands of fields): the read is called off if they bring us to
+    that epoch meanwhile, and goes ahead if not. An owner whose epoch went back, or a record never
+    read, is read at once. To see it fail, never call a read off (`Registrar.caught_up` always
+    false): the read that the frames made needless stays due."""
     from pubsub.registrar import Registrar
 
     reg = Registration("t", "pat/me", b"", watch=True, placed=True, epoch=10)
-    assert not Registrar._behind(reg, 10)
-    assert not Registrar._behind(reg, 15)  # ahead: the events may be on their way
+    Registrar.read_unless_caught_up(reg, 15, now=100.0, grace=0.2)
+    assert reg.need_read and reg.retry_at == 100.2  # not before the frames had their moment
     reg.epoch = 15  # they came
-    assert not Registrar._behind(reg, 18)
-    assert Registrar._behind(reg, 19)  # still short of 18 a renewal later: read
-    reg.epoch = 19
-    assert Registrar._behind(reg, 3)  # the owner's clock went back
-    reg.epoch = None
-    assert Registrar._behind(reg, 19)  # never read
+    assert Registrar.caught_up(reg) and not reg.need_read
+    Registrar.read_unless_caught_up(reg, 18, now=101.0, grace=0.2)
+    reg.epoch = 17  # some came, not all
+    assert not Registrar.caught_up(reg) and reg.need_read
+    back = Registration("t", "pat/me", b"", watch=True, placed=True, epoch=19)
+    Registrar.read_unless_caught_up(back, 3, now=102.0, grace=0.2)  # the owner's clock went back
+    assert back.need_read and back.retry_at == 0.0 and not Registrar.caught_up(back)
+    never = Registration("t", "pat/me", b"", watch=True, placed=True)
+    Registrar.read_unless_caught_up(never, 19, now=102.0, grace=0.2)
+    assert never.need_read and never.retry_at == 0.0 and not Registrar.caught_up(never)
