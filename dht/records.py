@@ -89,8 +89,9 @@ class FieldValue:
 @dataclass(frozen=True, slots=True)
 class Change:
     """One field of one record changed: `value` None means it is gone. `epoch` is its namespace's
-    after the change, `prev` before it: a watcher holding `prev` may apply the change; one holding
-    anything else has missed a change and reads the record whole."""
+    after the change, `prev` before it. A frame of several (`change_message`) spans the first's `prev`
+    to the last's `epoch`: a watcher holding an epoch in that span may apply it, one holding an
+    older one has missed a change and reads the record whole."""
 
     key: str
     name: str

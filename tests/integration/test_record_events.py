@@ -3,6 +3,9 @@ holds; a watcher that missed a change reads the record whole (pubsub/registrar.p
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from dht.records import Change, change_message, event_frame
 from pubsub.directory import PUB, PublisherEntry
 from pubsub.registration import Registration
@@ -71,3 +74,42 @@ def test_a_renewal_ahead_of_our_view_reads_only_when_the_events_do_not_catch_up(
     never = Registration("t", "pat/me", b"", watch=True, placed=True)
     Registrar.read_unless_caught_up(never, 19, now=102.0, grace=0.2)
     assert never.need_read and never.retry_at == 0.0 and not Registrar.caught_up(never)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # a new
+# Registration each example
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=30),
+       st.data())
+def test_whatever_frames_a_watcher_applies_leave_it_holding_the_record_as_it_stood(parts, changes, data):
+    """Changes to a record's publishers cut into frames at random, a watcher that read the record at
+    a random epoch, frames lost at random: after every frame it applies, the watcher holds exactly the
+    publishers of the record at its epoch; a frame it cannot apply asks for a read and changes nothing.
+    To see it fail, apply every frame newer than the watcher's epoch (no look at its `prev`): a frame
+    after a lost one leaves the watcher short of the lost one's changes."""
+    entries = [entry(100 + i) for i in range(6)]
+    truth: list[dict] = [{}]  # the record's publishers after each epoch
+    made = []
+    for epoch, (i, present) in enumerate(changes, 1):
+        now = dict(truth[-1])
+        e = entries[i]
+        if present:
+            now[e.id] = e
+        else:
+            now.pop(e.id, None)
+        truth.append(now)
+        made.append(Change("t", PUB + e.id, e.to_bytes() if present else None, epoch, epoch - 1))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(made) - 1), max_size=len(made))) if len(made) > 1 else [])
+    frames = [made[a:b] for a, b in zip([0, *cuts], [*cuts, len(made)], strict=True)]
+    read_at = data.draw(st.integers(0, len(made)))
+    reg = Registration("t", "sub/direct/me", b"", watch=True, placed=True, epoch=read_at,
+                       publishers=dict(truth[read_at]))
+    parts.registrar.watching["t"] = reg
+    for group in frames:
+        if data.draw(st.integers(0, 4)) == 0:
+            continue  # lost
+        before = (reg.epoch, dict(reg.publishers))
+        if parts.registrar.apply_event(frame(*group)):
+            assert reg.publishers == truth[reg.epoch], (reg.epoch, group)
+        else:
+            assert (reg.epoch, reg.publishers) == before
+            reg.need_read = False
