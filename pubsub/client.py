@@ -230,8 +230,8 @@ class Client(ConsensusFace):
                        retain_bytes: int | None = None, timeout: float | None = None) -> None:
         """`advertise` each of `topics` with the same terms (direct mode, not exclusive), their
         registrations sent together and batched per owner: returns once each is in place as `advertise`
-        returns, in about the time of one. Raises for the first topic that failed (the others stay
-        advertised)."""
+        returns, in about the time of one (with a `data_dir`, one after another, as first publishes
+        register). Raises for the first topic that failed (the others stay advertised)."""
         self.publisher.advertise_many(topics, history=history, reliable=reliable, retain_messages=retain_messages,
                                       retain_seconds=retain_seconds, retain_bytes=retain_bytes, timeout=timeout)
 

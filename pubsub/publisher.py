@@ -114,6 +114,11 @@ class Publisher:
         failed (DhtError, a policy's refusal included: the log says why); the others stay advertised."""
         self._check_open()
         wanted = list(dict.fromkeys(check_publishable(check_topic(t)) for t in topics))
+        if self.publishing.data is not None:  # a journaling client registers before it holds anything, as
+            for topic in wanted:              # its first publishes do: one topic after another
+                self.advertise(topic, history=history, reliable=reliable, retain_messages=retain_messages,
+                               retain_seconds=retain_seconds, retain_bytes=retain_bytes, timeout=timeout)
+            return
         defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
         bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
                                  defaults.seconds if retain_seconds is None else retain_seconds,

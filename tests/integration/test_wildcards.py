@@ -442,7 +442,7 @@ def test_a_topic_with_a_wildcard_level_cannot_be_published(ring):
         assert c.publications == {}
 
 
-def test_advertise_many_returns_with_every_topics_subscribers_in_place(ring):
+def test_advertise_many_returns_with_every_topics_subscribers_in_place(ring, tmp_path):
     """`advertise_many` sends 200 topics' registrations together and returns, like `advertise`, once the
     subscribers the ring knows of (a pattern's, an exact one's) have their filters at our socket; a
     topic already advertised with other terms, or with a wildcard level, is refused before anything
@@ -468,6 +468,12 @@ def test_advertise_many_returns_with_every_topics_subscribers_in_place(ring):
         with pytest.raises(ValueError, match="wildcard level"):
             c.advertise_many(["many/x/t", "many/*/t"])
         assert "many/new/t" not in c.publications and "many/x/t" not in c.publications
+        with Client(ring.nodes[2].endpoint, heartbeat=HB, data_dir=tmp_path / "journal") as journaling:
+            journaling.advertise_many(["many/j1/t", "many/j2/t"], reliable=True)  # one after another
+            assert journaling.publish("many/j1/t", "j") == 1 and journaling.publications["many/j2/t"].reliable
+            more: list = []
+            drain(pattern, more, 1)
+            assert [m.text for m in more] == ["j"]
 
 
 def test_ten_publisher_processes_of_a_thousand_devices_reach_each_pattern_exactly(ring, procs, tmp_path):
