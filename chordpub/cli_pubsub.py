@@ -180,10 +180,11 @@ def pub(
             if len(topic) > 1 and strength is None and mode == "direct" and not archive:
                 client.advertise_many(topic, history=history or 0, reliable=reliable, retain_messages=retain_messages,
                                       retain_seconds=retain_seconds, retain_bytes=retain_bytes)
-            for t in topic:  # (each advertised above is in place: advertise returns at once for it)
-                client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
-                                 retain_messages=retain_messages, retain_seconds=retain_seconds,
-                                 retain_bytes=retain_bytes, archive=archive)
+            else:
+                for t in topic:
+                    client.advertise(t, history=history or 0, reliable=reliable, strength=strength, mode=mode,
+                                     retain_messages=retain_messages, retain_seconds=retain_seconds,
+                                     retain_bytes=retain_bytes, archive=archive)
             t0 = time.monotonic()
             for i, line in enumerate(payloads):
                 payload, this_key = line, key

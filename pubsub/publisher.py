@@ -46,6 +46,22 @@ def refuse(waiting: Future, err: str) -> None:
         waiting.set_exception(PermissionError(err))
 
 
+def retention(history: int, messages: int | None, seconds: float | None, size: int | None) -> RetentionBounds:
+    """A publication's retention: the defaults (at least `history` messages) where a bound is not given."""
+    defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
+    return RetentionBounds(defaults.messages if messages is None else messages,
+                           defaults.seconds if seconds is None else seconds,
+                           defaults.bytes if size is None else size)
+
+
+def check_same_terms(held: Publication, pub: Publication) -> None:
+    """A topic advertised again must come with the terms it has (ValueError otherwise)."""
+    if ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
+            != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
+        raise ValueError(f"{pub.topic!r} is already advertised with other terms "
+                         f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
+
+
 class Publisher:
     """The publications of one client (`id`), through its publishing side and its registrar."""
 
@@ -74,20 +90,14 @@ class Publisher:
         this publisher must lead to send (pubsub/exclusive.py)."""
         self._check_open()
         check_publishable(check_topic(topic))
-        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
-        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
-                                 defaults.seconds if retain_seconds is None else retain_seconds,
-                                 defaults.bytes if retain_bytes is None else retain_bytes)
+        bounds = retention(history, retain_messages, retain_seconds, retain_bytes)
         pub = Publication(topic, self.id, history, reliable, strength, check_mode(mode), bounds, archive)
         pub.fence = fence
         wait = self.timeout if timeout is None else timeout
         with self._lock:
             held = self.publishing.publications.get(topic)
             if held is not None:
-                if ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
-                        != (pub.history_size, pub.strength, pub.mode, pub.bounds, pub.archive)):
-                    raise ValueError(f"{topic!r} is already advertised with other terms "
-                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
+                check_same_terms(held, pub)
                 ready = topic in self._advertising
             else:
                 self.publishing.add(pub)
@@ -119,23 +129,16 @@ class Publisher:
                 self.advertise(topic, history=history, reliable=reliable, retain_messages=retain_messages,
                                retain_seconds=retain_seconds, retain_bytes=retain_bytes, timeout=timeout)
             return
-        defaults = RetentionBounds(messages=max(RetentionBounds.messages, history))
-        bounds = RetentionBounds(defaults.messages if retain_messages is None else retain_messages,
-                                 defaults.seconds if retain_seconds is None else retain_seconds,
-                                 defaults.bytes if retain_bytes is None else retain_bytes)
+        bounds = retention(history, retain_messages, retain_seconds, retain_bytes)
         wait = self.timeout if timeout is None else timeout
+        pubs = {t: Publication(t, self.id, history, reliable, None, "direct", bounds, False) for t in wanted}
         begun = []
-        with self._lock:
-            for topic in wanted:
-                pub = Publication(topic, self.id, history, reliable, None, "direct", bounds, False)
-                held = self.publishing.publications.get(topic)
-                if held is not None and ((held.history_size, held.strength, held.mode, held.bounds, held.archive)
-                                         != (pub.history_size, None, "direct", pub.bounds, False)):
-                    raise ValueError(f"{topic!r} is already advertised with other terms "
-                                     f"(history {held.history_size}, strength {held.strength}, mode {held.mode})")
-            for topic in wanted:
+        with self._lock:  # every topic's terms checked before any is added
+            for topic, pub in pubs.items():
+                if (held := self.publishing.publications.get(topic)) is not None:
+                    check_same_terms(held, pub)
+            for topic, pub in pubs.items():
                 if topic not in self.publishing.publications:
-                    pub = Publication(topic, self.id, history, reliable, None, "direct", bounds, False)
                     self.publishing.add(pub)
                     self.publishing.hold(topic)
                     self._advertising.add(topic)
