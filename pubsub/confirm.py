@@ -95,6 +95,8 @@ class Confirmations:
     def _release(self, ts: TopicState, st: Stream) -> None:
         if st.probing:
             ts.release_start(st, time.time_ns())
+        if st.confirmed:
+            ts.probe_passed(st, time.time_ns())
         if st.start_on_probe:  # no probe reply told where it starts: asked on its own
             st.start_on_probe = False
             self.ask_start(ts, st)
@@ -154,7 +156,7 @@ class Confirmations:
             if not isinstance(token, int) or isinstance(token, bool):
                 self._unconfirmable(ts, st, reply.err or "no token in the probe reply")
                 return
-            st.probe_token = token if st.probe_token is None else min(st.probe_token, token)
+            st.promised(token, reply.get("last"))
             if st.start_on_probe:  # the first reply's newest seq: what precedes its (lowest) token
                 st.start_on_probe = False
                 last = reply.get("last")

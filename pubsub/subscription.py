@@ -50,6 +50,7 @@ HELD_LIMIT = 100_000  # per stream: live messages held during catch-up, or out o
 # subscription holds at most its application's pending limit of them, if that is lower (Client.subscribe)
 STRANGER_LIMIT = 10_000  # per topic: messages of publishers the record has not told us of yet
 RESUME_LIMIT = 10_000  # per topic: forgotten publishers whose next sequence number we remember
+UNRETAINED = "no longer retained by the publisher"  # a dead letter's reason: sent before we came, not kept
 TAIL_BEATS = 2  # reliable: beats a stalled stream's publisher is ahead of us before its tail is fetched
 TAIL_BEATS_UNREPAIRABLE = 10  # ... when it keeps no history: the fetch finds nothing, the gap is dead-lettered
 RESUME_TOPICS = 10_000  # per pattern subscription: topics it stopped following whose positions it remembers
@@ -97,6 +98,7 @@ class Stream:
     # TAIL_BEATS (the publisher's newest at the first of them: what it sent since may still be on its way)
     unretained_to = 0  # reliable: the publisher holds nothing up to here (what is missing waits)
     probe_token: int | None = None  # the token the publisher promised for our probe
+    probe_last = 0  # the publisher's newest seq when it promised that token: its probe follows all up to here
     probe_seen = -1  # the highest probe token that reached us
     confirmed = False  # a probe proved our subscription is in place at this publisher
     probing = False  # a probe was asked for: the publisher's newest seq waits for it (`on_start`)
@@ -117,6 +119,21 @@ class Stream:
     @property
     def id(self) -> str:
         return self.entry.id
+
+    def promised(self, token: int, last: object) -> None:
+        """A probe reply: the token promised and the publisher's newest seq as it promised it. The lowest
+        token counts (a probe carrying it or a later one follows every message up to that seq)."""
+        newest = _uint(last)
+        if self.probe_token is None or token < self.probe_token:
+            self.probe_token, self.probe_last = token, newest
+        elif token == self.probe_token:
+            self.probe_last = max(self.probe_last, newest)
+
+    def passed_to(self) -> int:
+        """Up to which seq whatever was sent to us has come: what the live stream passed, and once a probe
+        confirmed us, every message the publisher had sent before it (one not here by then was sent
+        before our filter was in place, and comes only from the publisher's retention)."""
+        return max(self.live_high, self.stalled_to, self.probe_last if self.confirmed else 0)
 
     def see_probe(self, token: int) -> bool:
         """A probe arrived; True when it confirms our subscription (token at least the one promised)."""
@@ -416,6 +433,14 @@ class TopicState:
             st.pending_start = None
             self.on_start(st, body, recv_ns)
 
+    def probe_passed(self, st: Stream, recv_ns: int) -> None:
+        """Our probe came: what a fetch found the publisher no longer holds, and that it had sent before
+        the probe, is lost (a reliable pattern meeting a topic late waited TAIL_BEATS_UNREPAIRABLE beats
+        of tail checks for it, and a loaded CI run for more than a minute)."""
+        if self.reliable and st.unretained_to >= st.expected and not st.fetching:
+            self._give_up(st, min(st.unretained_to, st.passed_to()), UNRETAINED, recv_ns)
+            self._drain(st, recv_ns)
+
     def on_head(self, st: Stream, body: dict, recv_ns: int) -> None:
         """The publisher's answer to "last 0": where its history starts and ends; fetch our k of it."""
         last, first = _uint(body.get("last")), _uint(body.get("first"))
@@ -446,12 +471,13 @@ class TopicState:
                     st.buffer[env.seq] = (env, True)
             if first > st.expected:
                 gap_to = first - 1 if hi is None else min(first - 1, hi)
-                why = ("no longer retained by the publisher" if st.entry.repair else
+                why = (UNRETAINED if st.entry.repair else
                        "the publisher is gone and its archive does not hold them (beyond its retention bounds)")
                 # what the live stream has not passed yet may still be on its way (sent before this
-                # reply, on another connection): given up once the stream passes it, or stalls a beat
+                # reply, on another connection): given up once the stream passes it, our probe comes
+                # (`probe_passed`), or it stalls
                 st.unretained_to = max(st.unretained_to, gap_to)
-                self._give_up(st, min(gap_to, max(st.live_high, st.stalled_to)), why, recv_ns)
+                self._give_up(st, min(gap_to, st.passed_to()), why, recv_ns)
             st.stalled_to = 0
             self._drain(st, recv_ns)
         else:
@@ -499,7 +525,10 @@ class TopicState:
         st.tail_beats += 1
         if st.tail_beats == 1:
             st.tail_first = last
-        if st.tail_beats < (TAIL_BEATS if _repairable(st.entry) else TAIL_BEATS_UNREPAIRABLE):
+        patience = TAIL_BEATS if _repairable(st.entry) else TAIL_BEATS_UNREPAIRABLE
+        if st.confirmed and st.probe_last >= st.expected:
+            patience = 1  # what our probe followed is not on its way: fetched (or given up) at once
+        if st.tail_beats < patience:
             return
         st.tail_beats = 0
         st.stalled_to = st.tail_first  # missing all that while: what the publisher no longer holds is lost

@@ -29,6 +29,7 @@ from dht.spawner import start as start_command
 from pubsub import io_loop
 from pubsub.coalescing import COALESCE_MAX
 from pubsub.io_loop import BATCH
+from pubsub.patterns import PatternFollower
 from tests.conftest import jsonl, start_module_ring
 
 HB = 0.3
@@ -741,7 +742,7 @@ def test_subscribe_many_follows_thousands_of_exact_topics_and_sub_takes_a_topics
     assert json.loads(out)["received"] == 300
 
 
-def why_missing(client: Client, got: set[str], letters: list, first_read: set[str]) -> str:
+def why_missing(client: Client, got: set[str], letters: list, first_read: set[str], prefix: str, n: int) -> str:
     """What the subscriber knows of the topics whose message did not come (said when the test fails)."""
     kinds = Counter((d.from_seq, d.to_seq, d.reason) for d in letters).most_common(4)
     states: list = []
@@ -754,14 +755,49 @@ def why_missing(client: Client, got: set[str], letters: list, first_read: set[st
                        + [f"departed {len(ts.departed)}, strangers {len(ts.strangers)}, unmatched {ts.unmatched}, "
                           f"in the first read {topic in first_read}"]})
     return (f"{len(letters)} dead letters {kinds}; {len(missing)} topics followed without one "
-            f"({len(set(missing) - first_read)} of them met after the first read): {states}")
+            f"({len(set(missing) - first_read)} of them met after the first read): {states}; "
+            f"{unaccounted(client, got, letters, prefix, n)}")
+
+
+def unaccounted(client: Client, got: set[str], letters: list, prefix: str, n: int) -> str:
+    """Where the subscriber lost the topics that brought neither a message nor a dead letter: its pattern's
+    prefix record (the announcements it holds, its epoch against the owner's), its follower, its io loop."""
+    out = []
+    lettered = {d.topic for d in letters}
+    sub = next(s for s in client._subscriptions.values() if s.pattern is not None)
+    record = sub.pattern_record
+    index = client.patterns.indexes.get(record)
+    reg = client.registrar.watching.get(record)
+    owner_epoch = None
+    if reg is not None and reg.owner is not None:
+        dht = DhtClient(client.via)
+        try:
+            reply = dht.records_at(reg.owner, [{"k": record, "epoch": reg.namespace}], timeout=5)
+            owner_epoch = reply.results[0].get("epoch")
+        except Exception as exc:  # noqa: BLE001 - a diagnosis says what it could not learn
+            owner_epoch = repr(exc)
+        finally:
+            dht.close()
+    lost = [t for t in (f"{prefix}{i}" for i in range(n)) if t not in got and t not in lettered]
+    for topic in lost[:4]:
+        ts = client.io.topics.get(topic)
+        keys = ("expected", "live_high", "unretained_to", "tail_beats", "fetching", "confirmed", "probe_last")
+        streams = [{k: getattr(st, k) for k in keys} for st in ts.streams.values()] if ts else None
+        out.append({topic: {"streams": streams, "announced": bool(index and topic in index.by_topic),
+                            "followed": topic in sub.pattern.topics, "in io": topic in client.io.topics,
+                            "leaving": (topic, id(sub)) in client.io._leaving,
+                            "resume at": topic in client.io._resume_at}})
+    return (f"{len(lost)} topics with neither a message nor a dead letter: {out}; the prefix "
+            f"record's view: {len(index.by_topic) if index else None} topics at epoch "
+            f"{reg.epoch if reg else None} (catch_up {reg.catch_up if reg else None}, need_read "
+            f"{reg.need_read if reg else None}), the owner's epoch {owner_epoch}")
 
 
 def rss_kib() -> int:
     return int(next(line.split()[1] for line in open(f"/proc/{os.getpid()}/status") if line.startswith("VmRSS")))
 
 
-def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_they_go(ring, tmp_path):
+def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_they_go(ring, tmp_path, monkeypatch):
     """A pattern subscriber matching 10,000 topics of four publishing Clients (one process) follows each
     with one per-topic state (RSS reported); the publisher is SIGKILLed, its announcements lapse with
     their leases, and the subscriber's state goes with them.
@@ -790,19 +826,20 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
                 raise AssertionError(f"the publishers exited ({proc.returncode}) before their topics were in place: "
                                      f"{said}")
             print(f"{n} topics registered {time.monotonic() - started:.1f}s after the publisher started")
+            # the follower names only its latest RETURNED_NAMES topics followed again; a loaded owner can let
+            # more lapse than that, even while `subscribe` waits (CI: 613 dead letters unexplained by the names
+            # kept), so every one is noted from the start
+            returned: set[str] = set()
+            follow_again = PatternFollower.followed_again
+
+            def noted(follower: PatternFollower, topic: str) -> None:
+                returned.add(topic)
+                follow_again(follower, topic)
+
+            monkeypatch.setattr(PatternFollower, "followed_again", noted)
             t0 = time.monotonic()
             sub = client.subscribe("mem/*", reliable=True, timeout=120)  # every topic read and followed
             print(f"a pattern subscribed to {n} existing topics in {time.monotonic() - t0:.1f}s")
-            # the follower names only its latest RETURNED_NAMES topics followed again; a loaded owner can let
-            # more lapse than that (CI: 613 dead letters unexplained by the names kept), so every one is noted
-            returned = set(sub.pattern.returned_names)
-            follow_again = sub.pattern.followed_again
-
-            def noted(topic: str) -> None:
-                returned.add(topic)
-                follow_again(topic)
-
-            sub.pattern.followed_again = noted
             first_read = set(sub.pattern.first_read.result())  # the topics announced when it was placed
             files["go"].write_text("1")
             got: set[str] = set()
@@ -816,8 +853,8 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
                 wait_for(all_in, 60, what=f"one message on each of {n} topics")
             except TimeoutError as exc:
                 said = (tmp_path / "pub.log").read_text(errors="replace")[-800:]
-                raise AssertionError(f"{len(got)} of {n} messages; {why_missing(client, got, letters, first_read)}; "
-                                     f"the publishers' log ends {said!r}") from exc
+                why = why_missing(client, got, letters, first_read, "mem/", n)
+                raise AssertionError(f"{len(got)} of {n} messages; {why}; the publishers' log ends {said!r}") from exc
             # a topic whose announcements lapsed at a loaded owner is left and followed again, or is missing from
             # the pattern's first read and met later: a message sent meanwhile is lost (plain publishers retain
             # nothing), and must be a dead letter then
@@ -827,8 +864,11 @@ def test_a_pattern_of_thousands_of_topics_holds_bounded_state_that_shrinks_when_
                                      f"topics were left and followed again): {unexplained[:3]}")
             print(f"{sub.pattern.returned} topics left and followed again, {n - len(first_read)} met after the "
                   f"first read; {len(letters)} dead letters on them")
+            # (announcements that lapsed at a loaded owner are left and placed again by their publisher's next
+            # renewal: the pattern follows all of them once those are back)
+            wait_for(lambda: len(sub.pattern.topics) == n and len(client.io.topics) == n, 30,
+                     what=f"all {n} topics followed")
             held = rss_kib()
-            assert len(sub.pattern.topics) == n and len(client.io.topics) == n
             assert (held - before) / n <= KIB_PER_FOLLOWED_TOPIC, f"{(held - before) / n:.1f} KiB a topic"
             proc.kill()
             proc.wait(10)

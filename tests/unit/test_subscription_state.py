@@ -381,3 +381,43 @@ def test_a_reliable_catch_up_does_not_give_up_what_is_still_on_its_way_live():
     for seq in (13, 14):
         ts.on_message(env(seq), 5)
     assert [s for _, s, _ in delivered(ts)] == [13, 14] and ts.lost == 2
+
+
+def probe(ts: TopicState, st: subscription.Stream) -> None:
+    """The publisher answers our probes (the lowest token when it stood at seq 2), and the probe comes."""
+    st.promised(7, 2)
+    st.promised(9, 4)  # a later reply (a retry) counts for nothing: its probe may not have come
+    assert st.see_probe(7)
+    ts.probe_passed(st, 2)
+
+
+def test_what_a_publisher_sent_before_our_probe_and_no_longer_holds_is_given_up_when_the_probe_comes():
+    """A reliable pattern meets a topic late (its announcement came after the pattern's first read): owed
+    from seq 1 by a publisher that keeps nothing before seq 3. Its probe follows every message up to the
+    newest seq its reply named (2): once it has come, 1..2 were sent before our filter was in place and
+    are dead letters at once, whichever of the fetch's reply and the probe comes first; 3..4, sent after
+    that reply, may still be on their way and wait. (They waited TAIL_BEATS_UNREPAIRABLE beats of tail
+    checks, and in a loaded CI run a topic's only message was neither delivered nor dead-lettered in a
+    minute.)
+
+    To see it fail, leave the probe out of what the stream has passed (`Stream.passed_to` without
+    `probe_last`): nothing is given up until ten beats of tail checks."""
+    plain = PublisherEntry("127.0.0.1:3", "127.0.0.1:3", "127.0.0.1:3")
+    for probe_first in (False, True):
+        ts = TopicState("t", "me", reliable=True)
+        ts.reconcile([])
+        (st,), _ = ts.reconcile([plain])  # met after the first reconcile: owed from seq 1
+        assert ts.fetches == [(st, 1, None)]
+        ts.fetches.clear()
+
+        if probe_first:
+            probe(ts, st)
+        ts.on_range(st, 1, None, {"first": 5, "last": 4, "messages": []}, 3)
+        ts.fetch_done(st, 3)
+        if not probe_first:
+            assert not ts.dead  # (the probe not come yet: 1..4 may be on their way)
+            probe(ts, st)
+        assert [(d.from_seq, d.to_seq, d.reason) for d in ts.dead] == [(1, 2, subscription.UNRETAINED)]
+        for seq in (3, 4):
+            ts.on_message(env(seq, plain), 4)
+        assert [s for _, s, _ in delivered(ts)] == [3, 4] and ts.lost == 2
