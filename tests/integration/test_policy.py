@@ -397,7 +397,8 @@ def test_the_nodes_count_their_refusals(ring, keys):
     assert sum(sum(d.values()) for d in samples.values()) > 0, samples
 
 
-def test_groups_the_archive_and_topic_info_obey_the_policy_too(ring, keys, acl):
+def test_groups_the_archive_topic_info_and_subscribe_many_obey_the_policy_too(ring, keys, acl):
+    """To see it fail, let `subscribe_many` return before its registrations are answered: snoop's returns."""
     from dht.client import DhtClient
 
     with client(ring, keys, "alice", acl) as alice, client(ring, keys, "snoop") as snoop, \
@@ -408,6 +409,8 @@ def test_groups_the_archive_and_topic_info_obey_the_policy_too(ring, keys, acl):
             snoop.subscribe("logs/archived", group="thieves")
         with pytest.raises(PermissionError, match="snoop may not subscribe"):
             snoop.topic_info("logs/archived")
+        with pytest.raises(PermissionError, match="snoop may not subscribe"):  # the ring's answer, awaited
+            snoop.subscribe_many(["logs/many/1", "logs/archived"])
         with DhtClient(ring.nodes[1].endpoint, setup=Curve.load(keys, "snoop", listen=False).setup) as dht, \
                 pytest.raises(PermissionError, match="permission denied: snoop may not subscribe 'logs/archived'"):
             dht.record_item({"k": "logs/archived", "names": "log/"})  # the archive's segments
