@@ -304,7 +304,9 @@ class IoLoop:
         groups: set[GroupMembership] = set()
         mode = "direct" if sock is self.subs["direct"] else "relay"
         recv, on_frame, now = sock.recv, self.on_frame, time.time_ns
-        for _ in range(BATCH):
+        for n in range(BATCH):
+            if n == 1 and not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                break  # a lone frame (a paced stream's every one): delivered now, not after a failed read
             try:
                 frame = recv(zmq.NOBLOCK)
             except zmq.Again:
