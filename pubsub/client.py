@@ -171,6 +171,8 @@ class Client(ConsensusFace):
             self.publisher = Publisher(self.publishing, self.registrar, self.id, self.service_endpoint, via,
                                        heartbeat, timeout, self._check_open)
             self.publisher.on_dead_letter = self._dead_letter
+            self.publish = self.publisher.publish  # type: ignore[method-assign]  # `publish` below, without a
+            # call of its own on the per-message path (0.1 us of a 1.5 us publish; one message at a time)
             self.registrar.learn_ring(contact(self.registrar.dht.rpc, via,
                                               timeout if connect_timeout is None else connect_timeout))
             if metrics_port is not None:
